@@ -1,0 +1,202 @@
+/* fedmoe-client: one client. Today: --standalone trains one partition (or all the
+ * data centrally) with the bi-level step and prints per-epoch loss and accuracy;
+ * the engine of the `local` baseline and a debugging tool. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fedmoe/args.h"
+#include "fedmoe/clientdata.h"
+#include "fedmoe/kernels.h"
+#include "fedmoe/log.h"
+#include "fedmoe/model.h"
+#include "fedmoe/rng.h"
+#include "fedmoe/train.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: fedmoe-client --standalone [options]\n"
+            "\n"
+            "Trains the personalized mixture-of-experts model on one client's data, or on all\n"
+            "the data centrally, and prints loss and test accuracy after every epoch.\n"
+            "(Joining a coordinator with --connect comes with the federated runtime.)\n"
+            "\n"
+            "data:\n"
+            "  --dataset SPEC        fmnist (default), fmnist:DIR, idx:IMAGES,LABELS or csv:PATH\n"
+            "  --partition I/N       train client I of N (default: all data, centralized)\n"
+            "  --dirichlet ALPHA     Dirichlet label skew for --partition (default 0.3)\n"
+            "  --pathological S      S classes per client instead\n"
+            "  --iid                 uniform random partition instead\n"
+            "  --min-samples N       Dirichlet: at least N examples per client (default 40)\n"
+            "model:\n"
+            "  --stem mlp|cnn        the stem (default mlp)\n"
+            "  --specialists S       specialist experts per block (default 2)\n"
+            "  --generalists G       generalist experts per block (default 1)\n"
+            "  --blocks L            MoE blocks (default 2)\n"
+            "  --tau T               logit scale (default 10)\n"
+            "  --no-gating           no attention gating (plain local logits)\n"
+            "  --gating-on-validation  train the gating in the upper (validation) level\n"
+            "training:\n"
+            "  --epochs N            passes over the train split (default 10)\n"
+            "  --batch B             batch size (default 32)\n"
+            "  --lr LR               expert learning rate (default 1e-3)\n"
+            "  --router-lr LR        router learning rate (default 1e-3)\n"
+            "  --expert-steps N      T_e, lower-level steps per cycle (default 30)\n"
+            "  --router-steps N      T_r, upper-level steps per cycle (default 10; 0 = none)\n"
+            "  --seed N              run seed (default 1)\n"
+            "  --threads N           OpenBLAS threads (default 1)\n"
+            "  -v, --verbose         debug logging\n"
+            "  -h, --help            this text\n");
+}
+
+static int fail(void)
+{
+    fprintf(stderr, "fedmoe-client: %s\n", fm_error_last());
+    return 2;
+}
+
+int main(int argc, char **argv)
+{
+    enum {
+        O_STANDALONE = 256, O_DATASET, O_PARTITION, O_DIRICHLET, O_PATHO, O_IID, O_MINS, O_STEM, O_SPEC,
+        O_GEN, O_BLOCKS, O_TAU, O_NOGATE, O_GATEVAL, O_EPOCHS, O_BATCH, O_LR, O_RLR, O_TE, O_TR, O_SEED,
+        O_THREADS
+    };
+    static const struct option opts[] = {
+        {"standalone", no_argument, 0, O_STANDALONE}, {"dataset", required_argument, 0, O_DATASET},
+        {"partition", required_argument, 0, O_PARTITION}, {"dirichlet", required_argument, 0, O_DIRICHLET},
+        {"pathological", required_argument, 0, O_PATHO}, {"iid", no_argument, 0, O_IID},
+        {"min-samples", required_argument, 0, O_MINS}, {"stem", required_argument, 0, O_STEM},
+        {"specialists", required_argument, 0, O_SPEC}, {"generalists", required_argument, 0, O_GEN},
+        {"blocks", required_argument, 0, O_BLOCKS}, {"tau", required_argument, 0, O_TAU},
+        {"no-gating", no_argument, 0, O_NOGATE}, {"gating-on-validation", no_argument, 0, O_GATEVAL},
+        {"epochs", required_argument, 0, O_EPOCHS}, {"batch", required_argument, 0, O_BATCH},
+        {"lr", required_argument, 0, O_LR}, {"router-lr", required_argument, 0, O_RLR},
+        {"expert-steps", required_argument, 0, O_TE}, {"router-steps", required_argument, 0, O_TR},
+        {"seed", required_argument, 0, O_SEED}, {"threads", required_argument, 0, O_THREADS},
+        {"verbose", no_argument, 0, 'v'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    fm_model_config_t mc;
+    fm_train_config_t tc;
+    fm_data_spec_t ds;
+    fm_model_config_default(&mc);
+    fm_train_config_default(&tc);
+    fm_data_spec_default(&ds);
+    bool standalone = false;
+    int epochs = 10, threads = 1, iv;
+    double dv;
+    unsigned long long seed = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
+        fm_status st = FM_OK;
+        switch (c) {
+        case O_STANDALONE: standalone = true; break;
+        case O_DATASET: ds.dataset = optarg; break;
+        case O_PARTITION: st = fm_arg_fraction("--partition", optarg, 100000, &ds.index, &ds.count); break;
+        case O_DIRICHLET:
+            st = fm_arg_double("--dirichlet", optarg, 1e-4, 1e4, &ds.part.alpha);
+            ds.part.kind = FM_PARTITION_DIRICHLET;
+            break;
+        case O_PATHO:
+            st = fm_arg_int("--pathological", optarg, 1, 256, &ds.part.classes_per_client);
+            ds.part.kind = FM_PARTITION_PATHOLOGICAL;
+            break;
+        case O_IID: ds.part.kind = FM_PARTITION_IID; break;
+        case O_MINS:
+            st = fm_arg_int("--min-samples", optarg, 0, 1 << 30, &iv);
+            ds.part.min_samples = (size_t)iv;
+            break;
+        case O_STEM:
+            if (strcmp(optarg, "mlp") == 0)
+                mc.stem = FM_STEM_MLP;
+            else if (strcmp(optarg, "cnn") == 0)
+                mc.stem = FM_STEM_CNN;
+            else {
+                fm_error_set("--stem: '%s' is not mlp or cnn", optarg);
+                st = FM_ERR_ARG;
+            }
+            break;
+        case O_SPEC: st = fm_arg_int("--specialists", optarg, 0, 63, &mc.specialists); break;
+        case O_GEN: st = fm_arg_int("--generalists", optarg, 0, 63, &mc.generalists); break;
+        case O_BLOCKS: st = fm_arg_int("--blocks", optarg, 0, 64, &mc.blocks); break;
+        case O_TAU:
+            st = fm_arg_double("--tau", optarg, 1e-3, 1e4, &dv);
+            mc.tau = (float)dv;
+            break;
+        case O_NOGATE: mc.gating = false; break;
+        case O_GATEVAL: mc.gating_on_validation = true; break;
+        case O_EPOCHS: st = fm_arg_int("--epochs", optarg, 0, 1000000, &epochs); break;
+        case O_BATCH: st = fm_arg_int("--batch", optarg, 1, 65536, &tc.batch); break;
+        case O_LR:
+            st = fm_arg_double("--lr", optarg, 0.0, 10.0, &dv);
+            tc.lower.lr = (float)dv;
+            break;
+        case O_RLR:
+            st = fm_arg_double("--router-lr", optarg, 0.0, 10.0, &dv);
+            tc.upper.lr = (float)dv;
+            break;
+        case O_TE: st = fm_arg_int("--expert-steps", optarg, 1, 1 << 30, &tc.expert_steps); break;
+        case O_TR: st = fm_arg_int("--router-steps", optarg, 0, 1 << 30, &tc.router_steps); break;
+        case O_SEED: st = fm_arg_u64("--seed", optarg, &seed); break;
+        case O_THREADS: st = fm_arg_int("--threads", optarg, 1, 256, &threads); break;
+        case 'v': fm_log_set_level(FM_LOG_DEBUG); break;
+        case 'h': usage(stdout); return 0;
+        default:
+            fm_error_set("unknown or incomplete option '%s' (see --help)", argv[optind - 1]);
+            st = FM_ERR_ARG;
+        }
+        if (st != FM_OK)
+            return fail();
+    }
+    if (optind < argc) {
+        fm_error_set("unexpected argument '%s' (see --help)", argv[optind]);
+        return fail();
+    }
+    if (!standalone) {
+        fm_error_set("only --standalone is available in this version (see --help)");
+        return fail();
+    }
+    ds.seed = seed;
+    fm_kernels_set_threads(threads);
+
+    fm_client_data_t data;
+    if (fm_client_data_load(&data, &ds) != FM_OK)
+        return fail();
+    mc.in_dim = data.dim;
+    mc.classes = data.classes;
+    mc.img_h = data.img_h;
+    mc.img_w = data.img_w;
+    fm_model_t *m = NULL;
+    fm_trainer_t *t = NULL;
+    int rc = 0;
+    if (fm_model_new(&m, &mc, seed, FM_STREAM_LOCAL + (uint64_t)ds.index) != FM_OK ||
+        fm_trainer_new(&t, m, &tc, seed, FM_STREAM_LOCAL + (uint64_t)ds.index) != FM_OK) {
+        rc = fail();
+        goto out;
+    }
+    if (ds.count)
+        fm_info("client %d/%d: %zu train, %zu validation, %zu test examples", ds.index, ds.count, data.train.n,
+                data.val.n, data.test.n);
+    else
+        fm_info("centralized: %zu train, %zu validation, %zu test examples", data.train.n, data.val.n, data.test.n);
+    printf("%5s %10s %10s %10s %9s %9s %8s\n", "epoch", "train_loss", "val_loss", "test_loss", "test_acc",
+           "gen_share", "seconds");
+    for (int ep = 1; ep <= epochs; ep++) {
+        fm_train_stats_t ts;
+        fm_eval_t ev;
+        if (fm_trainer_run(t, &data.train, &data.val, 1, &ts) != FM_OK || fm_evaluate(m, &data.test, &ev) != FM_OK) {
+            rc = fail();
+            goto out;
+        }
+        printf("%5d %10.4f %10.4f %10.4f %8.2f%% %9.3f %8.2f\n", ep, ts.train_loss, ts.val_loss, ev.loss,
+               100.0 * ev.accuracy, ev.generalist_share, ts.seconds);
+        fflush(stdout);
+    }
+out:
+    fm_trainer_destroy(&t);
+    fm_model_destroy(&m);
+    fm_client_data_free(&data);
+    return rc;
+}

@@ -1,0 +1,17 @@
+/* args.h - strict parsing of command-line values, shared by every program.
+ *
+ * Each parser accepts the whole string or nothing; on failure it records a
+ * one-line reason naming the flag (fm_error_last) and returns FM_ERR_ARG. */
+#ifndef FEDMOE_ARGS_H
+#define FEDMOE_ARGS_H
+
+#include "fedmoe/status.h"
+
+fm_status fm_arg_long(const char *flag, const char *s, long min, long max, long *out);
+fm_status fm_arg_int(const char *flag, const char *s, int min, int max, int *out);
+fm_status fm_arg_double(const char *flag, const char *s, double min, double max, double *out);
+fm_status fm_arg_u64(const char *flag, const char *s, unsigned long long *out);
+/* "I/N" with 0 <= I < N <= max_n. */
+fm_status fm_arg_fraction(const char *flag, const char *s, int max_n, int *i, int *n);
+
+#endif

@@ -1,0 +1,33 @@
+/* clientdata.h - a client's data: load a dataset, take its partition, split it.
+ *
+ * Dataset specs: "fmnist" (Debian's package), "fmnist:DIR", "idx:IMAGES,LABELS",
+ * "csv:PATH". With count == 0 the client takes all the data (centralized). */
+#ifndef FEDMOE_CLIENTDATA_H
+#define FEDMOE_CLIENTDATA_H
+
+#include <stdint.h>
+
+#include "fedmoe/dataset.h"
+#include "fedmoe/partition.h"
+#include "fedmoe/status.h"
+
+typedef struct {
+    const char *dataset;        /* spec as above */
+    int index, count;           /* partition index / number of clients; count 0 = all data */
+    fm_partition_config_t part;
+    uint64_t seed;
+    double test_frac, val_frac; /* 0.25, 0.2 */
+} fm_data_spec_t;
+
+void fm_data_spec_default(fm_data_spec_t *s);
+
+typedef struct {
+    fm_dataset_t train, val, test;
+    int classes, dim, img_h, img_w;
+} fm_client_data_t;
+
+/* Loads, partitions and splits; on error records a reason. Free with fm_client_data_free. */
+fm_status fm_client_data_load(fm_client_data_t *cd, const fm_data_spec_t *spec);
+void fm_client_data_free(fm_client_data_t *cd);
+
+#endif

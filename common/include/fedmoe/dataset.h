@@ -1,0 +1,45 @@
+/* dataset.h - labelled examples in memory: Fashion-MNIST IDX files, user IDX or CSV.
+ *
+ * Features are float32 rows; labels are class indices. Image data (IDX) is scaled
+ * to [0,1] and standardized with the mean and standard deviation given in the
+ * dataset (by default those of the data itself, so every party that loads the same
+ * files gets the same numbers). Loaders reject truncated, corrupt or mismatched
+ * files with FM_ERR_FORMAT / FM_ERR_IO and a reason in fm_error_last(). */
+#ifndef FEDMOE_DATASET_H
+#define FEDMOE_DATASET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fedmoe/status.h"
+
+/* Where Debian's dataset-fashion-mnist package installs the files. */
+#define FM_FMNIST_DIR "/usr/share/datasets/fashion-mnist"
+
+typedef struct {
+    size_t n;        /* examples */
+    int dim;         /* features per example */
+    int classes;     /* 1 + largest label */
+    int img_h, img_w;/* image size, 0 when not images */
+    float *x;        /* (n, dim) */
+    uint8_t *y;      /* (n) */
+} fm_dataset_t;
+
+/* Fashion-MNIST: the union of the train and test files (70,000 images) in dir
+ * (FM_FMNIST_DIR when NULL), standardized. */
+fm_status fm_dataset_load_fmnist(fm_dataset_t *ds, const char *dir);
+/* One pair of IDX files (images idx3 ubyte, labels idx1 ubyte), gzip or plain,
+ * appended to ds (which may be zeroed). Pixels are scaled to [0,1]; call
+ * fm_dataset_standardize after the last append. */
+fm_status fm_dataset_append_idx(fm_dataset_t *ds, const char *images_path, const char *labels_path);
+/* A CSV file: one example a line, "label,f1,f2,...", optional header line. */
+fm_status fm_dataset_load_csv(fm_dataset_t *ds, const char *path);
+/* x <- (x - mean) / std over all values. */
+void fm_dataset_standardize(fm_dataset_t *ds);
+/* out = the examples src[idx[0..n)] (copied; out must be zeroed or freed). */
+fm_status fm_dataset_subset(fm_dataset_t *out, const fm_dataset_t *src, const uint32_t *idx, size_t n);
+/* Copies a batch of examples idx[0..B) into x (B, dim) and y (B). */
+void fm_dataset_gather(const fm_dataset_t *ds, const uint32_t *idx, int B, float *x, uint8_t *y);
+void fm_dataset_free(fm_dataset_t *ds);
+
+#endif

@@ -1,0 +1,100 @@
+/* model.h - the personalized mixture-of-experts model of one client.
+ *
+ * x -> stem (MLP or CNN) -> L MoE blocks (G generalists + S specialists, top-k
+ * router, residual) -> LayerNorm image feature f -> prompt-expert head: a frozen
+ * class-text encoder turns the local prompt (and K frozen non-local prompts) into
+ * class text features; an attention gating network mixes them per input; logits
+ * are tau * (lambda * cos(f, t_c(P_L)) + <f/|f|, T_moe,c>), or tau * cos(f, t_c(P_L))
+ * when there are no non-local prompts (or gating is off).
+ *
+ * Forward and backward are written by hand. Parameters live in an fm_params_t
+ * (groups shared / local / prompt). The frozen encoder and non-local prompts are
+ * generated from the run seed / set by the caller and are not parameters. */
+#ifndef FEDMOE_MODEL_H
+#define FEDMOE_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "fedmoe/params.h"
+#include "fedmoe/status.h"
+
+typedef enum { FM_STEM_MLP = 0, FM_STEM_CNN = 1 } fm_stem_kind;
+
+typedef struct {
+    int in_dim;            /* input features (784); for cnn, img_h * img_w */
+    int img_h, img_w;      /* image size for the cnn stem (28 x 28, one channel) */
+    int classes;           /* 10 */
+    fm_stem_kind stem;     /* mlp (default) or cnn */
+    int d;                 /* model width (128) */
+    int blocks;            /* L (2) */
+    int generalists;       /* G (1) */
+    int specialists;       /* S (2), per client */
+    int ffn_hidden;        /* expert hidden width (256) */
+    int top_k;             /* experts kept per input (2) */
+    float lb_weight;       /* load-balancing weight (0.01) */
+    float generalist_importance; /* target routing mass on generalists (0.5) */
+    int prompt_len;        /* M context vectors (4) */
+    int prompt_dim;        /* d_p (64) */
+    int text_hidden;       /* hidden width of the class-text encoder MLP (256) */
+    int heads;             /* gating attention heads (8) */
+    int max_nonlocal;      /* K (4): non-local prompt experts at most */
+    float attn_scale;      /* gating attention logit scale (10) */
+    float lambda;          /* weight of the local cosine term (0.5) */
+    float tau;             /* logit scale */
+    bool gating;           /* use the attention gating when non-local prompts exist */
+    bool gating_on_validation; /* train the gating in the upper level instead of the lower */
+} fm_model_config_t;
+
+/* The defaults of DESIGN section 2. */
+void fm_model_config_default(fm_model_config_t *c);
+/* Checks sizes; on error records a reason (fm_error_last) and returns FM_ERR_ARG. */
+fm_status fm_model_config_check(const fm_model_config_t *c);
+
+typedef struct fm_model fm_model_t;
+
+/* Creates a model with parameters initialised from seed: the shared and prompt
+ * groups and the frozen encoder from the run seed alone (identical on every
+ * client), the local group from (seed, local_stream). Caller frees with
+ * fm_model_destroy. */
+fm_status fm_model_new(fm_model_t **out, const fm_model_config_t *cfg, uint64_t seed,
+                       uint64_t local_stream);
+void fm_model_destroy(fm_model_t **m);
+
+const fm_model_config_t *fm_model_config(const fm_model_t *m);
+fm_params_t *fm_model_params(fm_model_t *m);
+/* Experts per block for this client: G + S. */
+int fm_model_experts(const fm_model_t *m);
+
+/* Sets the K frozen non-local prompts, K * prompt_len * prompt_dim floats
+ * (copied); K = 0 clears them. Their class text features are computed here once. */
+fm_status fm_model_set_nonlocal(fm_model_t *m, const float *prompts, int K);
+int fm_model_nonlocal_count(const fm_model_t *m);
+
+typedef struct {
+    float loss;          /* mean cross-entropy */
+    float lb_loss;       /* load-balancing term (unweighted, summed over blocks) */
+    int correct;         /* argmax hits */
+    float generalist_share; /* mean routing weight on generalists over blocks and inputs */
+} fm_batch_stats_t;
+
+/* Forward pass on a batch x (B, in_dim) with labels (B). Keeps what backward needs;
+ * x and labels must stay valid until fm_model_backward. Returns the objective:
+ * cross-entropy, plus lb_weight * load-balancing term when with_lb. logits (B,
+ * classes) may be NULL. */
+float fm_model_forward(fm_model_t *m, const float *x, const uint8_t *labels, int B, bool with_lb,
+                       float *logits, fm_batch_stats_t *stats);
+/* Backward of the last forward: accumulates into the gradients of the parameters
+ * whose level is in `levels` (FM_LEVEL_LOWER | FM_LEVEL_UPPER), skipping work that
+ * only other levels need. */
+void fm_model_backward(fm_model_t *m, int levels);
+
+/* A hash of the discrete choices of the last forward (top-k experts, max-pool
+ * winners, ReLU signs): finite-difference tests skip points where it changes. */
+uint64_t fm_model_branch_signature(const fm_model_t *m);
+
+/* The class text features of the local prompt (classes, d), unit rows, as of the
+ * last forward or fm_model_text_features call. */
+const float *fm_model_text_features(fm_model_t *m);
+
+#endif

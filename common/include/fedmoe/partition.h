@@ -1,0 +1,53 @@
+/* partition.h - deterministic client partitions and per-client splits.
+ *
+ * Every party computes the same partition from (labels, seed, clients, config)
+ * alone. Schemes: Dirichlet(alpha) label skew with a minimum per client (PFLlib's
+ * algorithm), pathological (s classes per client), IID. A client's part is split
+ * stratified by class into 75% train / 25% test, and 20% of train becomes
+ * validation. */
+#ifndef FEDMOE_PARTITION_H
+#define FEDMOE_PARTITION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fedmoe/status.h"
+
+typedef enum {
+    FM_PARTITION_DIRICHLET = 0,
+    FM_PARTITION_PATHOLOGICAL,
+    FM_PARTITION_IID,
+} fm_partition_kind;
+
+typedef struct {
+    fm_partition_kind kind;
+    double alpha;           /* Dirichlet concentration (0.3) */
+    int classes_per_client; /* pathological s (2) */
+    size_t min_samples;     /* Dirichlet: every client gets at least this many (40) */
+} fm_partition_config_t;
+
+void fm_partition_config_default(fm_partition_config_t *c);
+
+/* Client i owns index[offset[i] .. offset[i+1]), ascending. */
+typedef struct {
+    int clients;
+    size_t *offset; /* clients + 1 */
+    uint32_t *index;
+} fm_partition_t;
+
+fm_status fm_partition_make(fm_partition_t *p, const uint8_t *labels, size_t n, int classes, int clients,
+                            uint64_t seed, const fm_partition_config_t *cfg);
+void fm_partition_free(fm_partition_t *p);
+
+typedef struct {
+    uint32_t *train, *val, *test; /* indices into the full dataset */
+    size_t n_train, n_val, n_test;
+} fm_split_t;
+
+/* Stratified split of one client's examples idx[0..n): test_frac of every class to
+ * test, then val_frac of the rest to validation. Drawn from (seed, client). */
+fm_status fm_split_make(fm_split_t *s, const uint32_t *idx, size_t n, const uint8_t *labels, int classes,
+                        uint64_t seed, int client, double test_frac, double val_frac);
+void fm_split_free(fm_split_t *s);
+
+#endif

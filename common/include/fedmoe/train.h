@@ -1,0 +1,63 @@
+/* train.h - the bi-level client step of CoMiGS, and evaluation.
+ *
+ * Lower level: AdamW on the parameters of level FM_LEVEL_LOWER (stem, norms,
+ * experts, prompt, gating) over train batches. Upper level: AdamW on the
+ * parameters of level FM_LEVEL_UPPER (routers; the gating with
+ * gating_on_validation) over validation batches. They alternate: after every
+ * expert_steps lower steps come router_steps upper steps. The two levels keep
+ * separate AdamW step counts; moments are per parameter, kept in the groups. */
+#ifndef FEDMOE_TRAIN_H
+#define FEDMOE_TRAIN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "fedmoe/dataset.h"
+#include "fedmoe/kernels.h"
+#include "fedmoe/model.h"
+#include "fedmoe/status.h"
+
+typedef struct {
+    int batch;                  /* 32 */
+    int expert_steps;           /* T_e: lower steps per cycle */
+    int router_steps;           /* T_r: upper steps per cycle (0: no upper level) */
+    fm_adamw_config_t lower;    /* experts' optimizer */
+    fm_adamw_config_t upper;    /* routers' optimizer */
+    bool lb_in_upper;           /* the load-balancing term is part of the router objective too */
+} fm_train_config_t;
+
+void fm_train_config_default(fm_train_config_t *c);
+
+typedef struct fm_trainer fm_trainer_t;
+
+/* A trainer for model m (not owned). Shuffles from (seed, stream). */
+fm_status fm_trainer_new(fm_trainer_t **out, fm_model_t *m, const fm_train_config_t *cfg, uint64_t seed,
+                         uint64_t stream);
+void fm_trainer_destroy(fm_trainer_t **t);
+
+typedef struct {
+    double train_loss;     /* mean cross-entropy over the lower steps' batches */
+    double val_loss;       /* mean cross-entropy over the upper steps' batches */
+    long lower_steps, upper_steps;
+    long samples;          /* train examples processed */
+    double seconds;
+} fm_train_stats_t;
+
+/* Trains `epochs` passes over train, alternating with val. */
+fm_status fm_trainer_run(fm_trainer_t *t, const fm_dataset_t *train, const fm_dataset_t *val, int epochs,
+                         fm_train_stats_t *out);
+/* One step of one level on the given batch (exposed for tests and benchmarks).
+ * Returns the batch's objective. */
+float fm_trainer_step(fm_trainer_t *t, fm_level level, const float *x, const uint8_t *y, int B);
+/* AdamW step counts of the two levels. */
+long fm_trainer_steps(const fm_trainer_t *t, fm_level level);
+
+typedef struct {
+    double loss, accuracy, generalist_share;
+    size_t n, correct;
+} fm_eval_t;
+
+/* Loss, accuracy and generalist routing share of m on ds. */
+fm_status fm_evaluate(fm_model_t *m, const fm_dataset_t *ds, fm_eval_t *out);
+
+#endif

@@ -1,0 +1,318 @@
+#include "fedmoe/dataset.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "fedmoe/log.h"
+
+#define IDX_MAX_ITEMS 100000000u
+
+/* Reads the whole (possibly gzip) file into memory; *out is malloc'd. */
+static fm_status read_file(const char *path, uint8_t **out, size_t *len)
+{
+    *out = NULL;
+    *len = 0;
+    gzFile f = gzopen(path, "rb");
+    if (!f) {
+        fm_error_set("%s: %s", path, strerror(errno ? errno : ENOENT));
+        return FM_ERR_IO;
+    }
+    size_t cap = 1 << 20, n = 0;
+    uint8_t *buf = malloc(cap);
+    if (!buf) {
+        gzclose(f);
+        return FM_ERR_NOMEM;
+    }
+    for (;;) {
+        if (n == cap) {
+            if (cap > ((size_t)1 << 32)) {
+                fm_error_set("%s: file too large", path);
+                free(buf);
+                gzclose(f);
+                return FM_ERR_FORMAT;
+            }
+            uint8_t *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                gzclose(f);
+                return FM_ERR_NOMEM;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        int got = gzread(f, buf + n, (unsigned)(cap - n > (1u << 30) ? (1u << 30) : cap - n));
+        if (got < 0) {
+            int err;
+            const char *msg = gzerror(f, &err);
+            fm_error_set("%s: corrupt compressed data (%s)", path, msg);
+            free(buf);
+            gzclose(f);
+            return FM_ERR_FORMAT;
+        }
+        if (got == 0)
+            break;
+        n += (size_t)got;
+    }
+    /* gzread returns 0 at a truncated gzip stream; gzclose reports it */
+    int err = gzclose(f);
+    if (err != Z_OK) {
+        fm_error_set("%s: truncated or corrupt compressed file", path);
+        free(buf);
+        return FM_ERR_FORMAT;
+    }
+    *out = buf;
+    *len = n;
+    return FM_OK;
+}
+
+static uint32_t be32(const uint8_t *p) { return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]; }
+
+fm_status fm_dataset_append_idx(fm_dataset_t *ds, const char *images_path, const char *labels_path)
+{
+    uint8_t *img = NULL, *lab = NULL;
+    size_t ilen = 0, llen = 0;
+    fm_status st = read_file(images_path, &img, &ilen);
+    if (st != FM_OK)
+        goto out;
+    if ((st = read_file(labels_path, &lab, &llen)) != FM_OK)
+        goto out;
+    st = FM_ERR_FORMAT;
+    if (ilen < 16 || be32(img) != 0x00000803u) {
+        fm_error_set("%s: not an IDX ubyte image file (bad magic)", images_path);
+        goto out;
+    }
+    if (llen < 8 || be32(lab) != 0x00000801u) {
+        fm_error_set("%s: not an IDX ubyte label file (bad magic)", labels_path);
+        goto out;
+    }
+    uint32_t n = be32(img + 4), rows = be32(img + 8), cols = be32(img + 12), nl = be32(lab + 4);
+    if (n == 0 || n > IDX_MAX_ITEMS || rows == 0 || cols == 0 || rows > 4096 || cols > 4096) {
+        fm_error_set("%s: implausible sizes %u x %u x %u", images_path, n, rows, cols);
+        goto out;
+    }
+    if (ilen != 16 + (size_t)n * rows * cols) {
+        fm_error_set("%s: %zu bytes, header says %zu (truncated or corrupt)", images_path, ilen,
+                     16 + (size_t)n * rows * cols);
+        goto out;
+    }
+    if (llen != 8 + (size_t)nl) {
+        fm_error_set("%s: %zu bytes, header says %zu (truncated or corrupt)", labels_path, llen, 8 + (size_t)nl);
+        goto out;
+    }
+    if (nl != n) {
+        fm_error_set("%s has %u images but %s has %u labels", images_path, n, labels_path, nl);
+        goto out;
+    }
+    int dim = (int)(rows * cols);
+    if (ds->n > 0 && (ds->dim != dim || ds->img_h != (int)rows)) {
+        fm_error_set("%s: images of %ux%u do not match the %dx%d already loaded", images_path, rows, cols,
+                     ds->img_h, ds->img_w);
+        goto out;
+    }
+    int classes = ds->classes;
+    for (uint32_t i = 0; i < n; i++) {
+        if (lab[8 + i] >= 255) {
+            fm_error_set("%s: label %u out of range", labels_path, lab[8 + i]);
+            goto out;
+        }
+        if (lab[8 + i] + 1 > classes)
+            classes = lab[8 + i] + 1;
+    }
+    float *x = realloc(ds->x, sizeof(float) * (ds->n + n) * dim);
+    if (!x) {
+        st = FM_ERR_NOMEM;
+        goto out;
+    }
+    ds->x = x;
+    uint8_t *y = realloc(ds->y, ds->n + n);
+    if (!y) {
+        st = FM_ERR_NOMEM;
+        goto out;
+    }
+    ds->y = y;
+    float *dst = ds->x + ds->n * dim;
+    for (size_t i = 0; i < (size_t)n * dim; i++)
+        dst[i] = (float)img[16 + i] * (1.0f / 255.0f);
+    memcpy(ds->y + ds->n, lab + 8, n);
+    ds->n += n;
+    ds->dim = dim;
+    ds->img_h = (int)rows;
+    ds->img_w = (int)cols;
+    ds->classes = classes;
+    st = FM_OK;
+out:
+    free(img);
+    free(lab);
+    return st;
+}
+
+void fm_dataset_standardize(fm_dataset_t *ds)
+{
+    size_t total = ds->n * (size_t)ds->dim;
+    if (total == 0)
+        return;
+    double s = 0.0, s2 = 0.0;
+    for (size_t i = 0; i < total; i++) {
+        s += ds->x[i];
+        s2 += (double)ds->x[i] * ds->x[i];
+    }
+    double mean = s / total, var = s2 / total - mean * mean;
+    float inv = (float)(1.0 / sqrt(var > 1e-12 ? var : 1.0)), mu = (float)mean;
+    for (size_t i = 0; i < total; i++)
+        ds->x[i] = (ds->x[i] - mu) * inv;
+}
+
+fm_status fm_dataset_load_fmnist(fm_dataset_t *ds, const char *dir)
+{
+    static const char *files[2][2] = {{"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"},
+                                      {"t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"}};
+    if (!dir)
+        dir = FM_FMNIST_DIR;
+    memset(ds, 0, sizeof *ds);
+    for (int i = 0; i < 2; i++) {
+        char ip[4096], lp[4096];
+        snprintf(ip, sizeof ip, "%s/%s", dir, files[i][0]);
+        snprintf(lp, sizeof lp, "%s/%s", dir, files[i][1]);
+        fm_status st = fm_dataset_append_idx(ds, ip, lp);
+        if (st != FM_OK) {
+            fm_dataset_free(ds);
+            return st;
+        }
+    }
+    fm_dataset_standardize(ds);
+    return FM_OK;
+}
+
+fm_status fm_dataset_load_csv(fm_dataset_t *ds, const char *path)
+{
+    memset(ds, 0, sizeof *ds);
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fm_error_set("%s: %s", path, strerror(errno));
+        return FM_ERR_IO;
+    }
+    char *line = NULL;
+    size_t cap = 0, xcap = 0, ycap = 0;
+    ssize_t len;
+    long lineno = 0;
+    fm_status st = FM_OK;
+    while ((len = getline(&line, &cap, f)) != -1) {
+        lineno++;
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+            line[--len] = 0;
+        if (len == 0)
+            continue;
+        char *p = line, *end;
+        errno = 0;
+        long label = strtol(p, &end, 10);
+        if (end == p || (*end != ',' && *end != 0)) {
+            if (lineno == 1 && ds->n == 0)
+                continue; /* a header line */
+            fm_error_set("%s:%ld: the label is not an integer", path, lineno);
+            st = FM_ERR_FORMAT;
+            break;
+        }
+        if (label < 0 || label > 254) {
+            fm_error_set("%s:%ld: label %ld out of range 0..254", path, lineno, label);
+            st = FM_ERR_FORMAT;
+            break;
+        }
+        int dim = 0;
+        p = end;
+        while (*p == ',') {
+            p++;
+            errno = 0;
+            float v = strtof(p, &end);
+            if (end == p || errno == ERANGE || !isfinite(v)) {
+                fm_error_set("%s:%ld: feature %d is not a finite number", path, lineno, dim + 1);
+                st = FM_ERR_FORMAT;
+                goto done;
+            }
+            if (ds->n * (size_t)(ds->dim ? ds->dim : 1) + dim + 1 > xcap) {
+                xcap = xcap ? xcap * 2 : 4096;
+                float *nx = realloc(ds->x, sizeof(float) * xcap);
+                if (!nx) {
+                    st = FM_ERR_NOMEM;
+                    goto done;
+                }
+                ds->x = nx;
+            }
+            ds->x[ds->n * (size_t)(ds->dim ? ds->dim : 0) + dim] = v;
+            dim++;
+            p = end;
+        }
+        if (*p != 0) {
+            fm_error_set("%s:%ld: unexpected text after feature %d", path, lineno, dim);
+            st = FM_ERR_FORMAT;
+            break;
+        }
+        if (dim == 0 || (ds->n > 0 && dim != ds->dim)) {
+            fm_error_set("%s:%ld: %d features, expected %d", path, lineno, dim, ds->n ? ds->dim : 1);
+            st = FM_ERR_FORMAT;
+            break;
+        }
+        ds->dim = dim;
+        if (ds->n + 1 > ycap) {
+            ycap = ycap ? ycap * 2 : 1024;
+            uint8_t *ny = realloc(ds->y, ycap);
+            if (!ny) {
+                st = FM_ERR_NOMEM;
+                break;
+            }
+            ds->y = ny;
+        }
+        ds->y[ds->n++] = (uint8_t)label;
+        if ((int)label + 1 > ds->classes)
+            ds->classes = (int)label + 1;
+    }
+done:
+    free(line);
+    fclose(f);
+    if (st == FM_OK && ds->n == 0) {
+        fm_error_set("%s: no examples", path);
+        st = FM_ERR_FORMAT;
+    }
+    if (st != FM_OK)
+        fm_dataset_free(ds);
+    return st;
+}
+
+fm_status fm_dataset_subset(fm_dataset_t *out, const fm_dataset_t *src, const uint32_t *idx, size_t n)
+{
+    memset(out, 0, sizeof *out);
+    out->dim = src->dim;
+    out->classes = src->classes;
+    out->img_h = src->img_h;
+    out->img_w = src->img_w;
+    out->x = malloc(sizeof(float) * (n ? n : 1) * src->dim);
+    out->y = malloc(n ? n : 1);
+    if (!out->x || !out->y) {
+        fm_dataset_free(out);
+        return FM_ERR_NOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        memcpy(out->x + i * src->dim, src->x + (size_t)idx[i] * src->dim, sizeof(float) * src->dim);
+        out->y[i] = src->y[idx[i]];
+    }
+    out->n = n;
+    return FM_OK;
+}
+
+void fm_dataset_gather(const fm_dataset_t *ds, const uint32_t *idx, int B, float *x, uint8_t *y)
+{
+    for (int i = 0; i < B; i++) {
+        memcpy(x + (size_t)i * ds->dim, ds->x + (size_t)idx[i] * ds->dim, sizeof(float) * ds->dim);
+        y[i] = ds->y[idx[i]];
+    }
+}
+
+void fm_dataset_free(fm_dataset_t *ds)
+{
+    free(ds->x);
+    free(ds->y);
+    memset(ds, 0, sizeof *ds);
+}

@@ -1,0 +1,101 @@
+#include "fedmoe/params.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fedmoe/log.h"
+
+fm_status fm_params_add(fm_params_t *ps, fm_view_t *view, const char *name, fm_group_id group,
+                        fm_level level, int rows, int cols, bool decay)
+{
+    if (ps->count == ps->cap) {
+        int cap = ps->cap ? ps->cap * 2 : 64;
+        fm_param_t *p = realloc(ps->params, sizeof *p * cap);
+        if (!p)
+            return FM_ERR_NOMEM;
+        ps->params = p;
+        ps->cap = cap;
+    }
+    fm_param_t *p = &ps->params[ps->count];
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->group = group;
+    p->level = level;
+    p->rows = rows;
+    p->cols = cols;
+    p->size = (size_t)rows * cols;
+    p->offset = ps->groups[group].size;
+    p->decay = decay;
+    p->view = view;
+    view->id = ps->count;
+    ps->groups[group].size += p->size;
+    ps->count++;
+    return FM_OK;
+}
+
+fm_status fm_params_alloc(fm_params_t *ps)
+{
+    for (int g = 0; g < FM_GROUP_COUNT; g++) {
+        fm_group_t *gr = &ps->groups[g];
+        size_t n = gr->size ? gr->size : 1;
+        gr->w = calloc(n, sizeof(float));
+        gr->g = calloc(n, sizeof(float));
+        gr->m = calloc(n, sizeof(float));
+        gr->v = calloc(n, sizeof(float));
+        if (!gr->w || !gr->g || !gr->m || !gr->v) {
+            fm_error_set("cannot allocate %zu parameters", n);
+            return FM_ERR_NOMEM;
+        }
+    }
+    for (int i = 0; i < ps->count; i++) {
+        fm_param_t *p = &ps->params[i];
+        p->view->w = ps->groups[p->group].w + p->offset;
+        p->view->g = ps->groups[p->group].g + p->offset;
+    }
+    return FM_OK;
+}
+
+void fm_params_free(fm_params_t *ps)
+{
+    for (int g = 0; g < FM_GROUP_COUNT; g++) {
+        free(ps->groups[g].w);
+        free(ps->groups[g].g);
+        free(ps->groups[g].m);
+        free(ps->groups[g].v);
+    }
+    free(ps->params);
+    memset(ps, 0, sizeof *ps);
+}
+
+void fm_params_zero_grad(fm_params_t *ps)
+{
+    for (int g = 0; g < FM_GROUP_COUNT; g++)
+        memset(ps->groups[g].g, 0, sizeof(float) * ps->groups[g].size);
+}
+
+const fm_param_t *fm_params_find(const fm_params_t *ps, const char *name)
+{
+    for (int i = 0; i < ps->count; i++)
+        if (strcmp(ps->params[i].name, name) == 0)
+            return &ps->params[i];
+    return NULL;
+}
+
+size_t fm_params_total(const fm_params_t *ps)
+{
+    size_t n = 0;
+    for (int g = 0; g < FM_GROUP_COUNT; g++)
+        n += ps->groups[g].size;
+    return n;
+}
+
+const char *fm_group_name(fm_group_id g)
+{
+    switch (g) {
+    case FM_GROUP_SHARED: return "shared";
+    case FM_GROUP_LOCAL: return "local";
+    case FM_GROUP_PROMPT: return "prompt";
+    default: return "?";
+    }
+}

@@ -1,0 +1,217 @@
+#include "fedmoe/train.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fedmoe/log.h"
+#include "fedmoe/rng.h"
+
+#define EVAL_BATCH 256
+
+struct fm_trainer {
+    fm_model_t *m;
+    fm_train_config_t cfg;
+    fm_rng_t rng;
+    long steps[2];     /* AdamW step counts: lower, upper */
+    float *x;          /* (batch, dim) */
+    uint8_t *y;
+    int dim;
+    uint32_t *order;   /* shuffled train indices */
+    size_t order_cap;
+    uint32_t *vorder;  /* shuffled validation indices, consumed cyclically */
+    size_t vcap, vpos, vn;
+};
+
+void fm_train_config_default(fm_train_config_t *c)
+{
+    c->batch = 32;
+    c->expert_steps = 30;
+    c->router_steps = 10;
+    c->lower = (fm_adamw_config_t){.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 1e-4f};
+    c->upper = (fm_adamw_config_t){.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.0f};
+    c->lb_in_upper = true;
+}
+
+fm_status fm_trainer_new(fm_trainer_t **out, fm_model_t *m, const fm_train_config_t *cfg, uint64_t seed,
+                         uint64_t stream)
+{
+    *out = NULL;
+    if (cfg->batch < 1 || cfg->batch > 65536 || cfg->expert_steps < 1 || cfg->router_steps < 0) {
+        fm_error_set("train: batch must be 1..65536, expert_steps >= 1, router_steps >= 0");
+        return FM_ERR_ARG;
+    }
+    fm_trainer_t *t = calloc(1, sizeof *t);
+    if (!t)
+        return FM_ERR_NOMEM;
+    t->m = m;
+    t->cfg = *cfg;
+    t->dim = fm_model_config(m)->in_dim;
+    fm_rng_init(&t->rng, seed, stream);
+    t->x = malloc(sizeof(float) * cfg->batch * t->dim);
+    t->y = malloc(cfg->batch);
+    if (!t->x || !t->y) {
+        fm_trainer_destroy(&t);
+        return FM_ERR_NOMEM;
+    }
+    *out = t;
+    return FM_OK;
+}
+
+void fm_trainer_destroy(fm_trainer_t **tp)
+{
+    if (!tp || !*tp)
+        return;
+    fm_trainer_t *t = *tp;
+    free(t->x);
+    free(t->y);
+    free(t->order);
+    free(t->vorder);
+    free(t);
+    *tp = NULL;
+}
+
+long fm_trainer_steps(const fm_trainer_t *t, fm_level level) { return t->steps[level == FM_LEVEL_UPPER]; }
+
+static void adamw_level(fm_trainer_t *t, fm_level level)
+{
+    fm_params_t *ps = fm_model_params(t->m);
+    const fm_adamw_config_t *c = level == FM_LEVEL_UPPER ? &t->cfg.upper : &t->cfg.lower;
+    long step = ++t->steps[level == FM_LEVEL_UPPER];
+    for (int i = 0; i < ps->count; i++) {
+        const fm_param_t *p = &ps->params[i];
+        if (p->level != level)
+            continue;
+        fm_group_t *g = &ps->groups[p->group];
+        fm_adamw_update(g->w + p->offset, g->g + p->offset, g->m + p->offset, g->v + p->offset, p->size, c,
+                        p->decay ? c->weight_decay : 0.0f, step);
+    }
+}
+
+float fm_trainer_step(fm_trainer_t *t, fm_level level, const float *x, const uint8_t *y, int B)
+{
+    fm_params_t *ps = fm_model_params(t->m);
+    fm_params_zero_grad(ps);
+    bool with_lb = level == FM_LEVEL_LOWER || t->cfg.lb_in_upper;
+    fm_batch_stats_t st;
+    fm_model_forward(t->m, x, y, B, with_lb, NULL, &st);
+    fm_model_backward(t->m, level);
+    adamw_level(t, level);
+    return st.loss;
+}
+
+static int ensure_u32(uint32_t **buf, size_t *cap, size_t n)
+{
+    if (n <= *cap)
+        return 0;
+    uint32_t *p = realloc(*buf, sizeof(uint32_t) * n);
+    if (!p)
+        return -1;
+    *buf = p;
+    *cap = n;
+    return 0;
+}
+
+/* The next validation batch, reshuffling at the end of each pass. */
+static int next_val_batch(fm_trainer_t *t, const fm_dataset_t *val)
+{
+    int B = t->cfg.batch;
+    if ((size_t)B > val->n)
+        B = (int)val->n;
+    uint32_t idx[B];
+    for (int i = 0; i < B; i++) {
+        if (t->vpos == t->vn) {
+            fm_rng_shuffle(&t->rng, t->vorder, t->vn);
+            t->vpos = 0;
+        }
+        idx[i] = t->vorder[t->vpos++];
+    }
+    fm_dataset_gather(val, idx, B, t->x, t->y);
+    return B;
+}
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+fm_status fm_trainer_run(fm_trainer_t *t, const fm_dataset_t *train, const fm_dataset_t *val, int epochs,
+                         fm_train_stats_t *out)
+{
+    memset(out, 0, sizeof *out);
+    if (train->dim != t->dim || (val && val->n && val->dim != t->dim)) {
+        fm_error_set("train: data has %d features, the model expects %d", train->dim, t->dim);
+        return FM_ERR_ARG;
+    }
+    if (train->n == 0) {
+        fm_error_set("train: no training examples");
+        return FM_ERR_ARG;
+    }
+    double t0 = now_seconds();
+    if (ensure_u32(&t->order, &t->order_cap, train->n))
+        return FM_ERR_NOMEM;
+    bool upper = val && val->n > 0 && t->cfg.router_steps > 0;
+    if (upper) {
+        if (ensure_u32(&t->vorder, &t->vcap, val->n))
+            return FM_ERR_NOMEM;
+        for (size_t i = 0; i < val->n; i++)
+            t->vorder[i] = (uint32_t)i;
+        t->vn = val->n;
+        t->vpos = val->n; /* shuffle on first use */
+    }
+    double lsum = 0.0, vsum = 0.0;
+    long lcount = 0, vcount = 0, since_upper = 0;
+    for (int ep = 0; ep < epochs; ep++) {
+        for (size_t i = 0; i < train->n; i++)
+            t->order[i] = (uint32_t)i;
+        fm_rng_shuffle(&t->rng, t->order, train->n);
+        for (size_t pos = 0; pos < train->n; pos += (size_t)t->cfg.batch) {
+            int B = (int)(train->n - pos < (size_t)t->cfg.batch ? train->n - pos : (size_t)t->cfg.batch);
+            fm_dataset_gather(train, t->order + pos, B, t->x, t->y);
+            lsum += fm_trainer_step(t, FM_LEVEL_LOWER, t->x, t->y, B);
+            lcount++;
+            out->samples += B;
+            if (upper && ++since_upper == t->cfg.expert_steps) {
+                since_upper = 0;
+                for (int s = 0; s < t->cfg.router_steps; s++) {
+                    int vb = next_val_batch(t, val);
+                    vsum += fm_trainer_step(t, FM_LEVEL_UPPER, t->x, t->y, vb);
+                    vcount++;
+                }
+            }
+        }
+    }
+    out->train_loss = lcount ? lsum / lcount : 0.0;
+    out->val_loss = vcount ? vsum / vcount : 0.0;
+    out->lower_steps = lcount;
+    out->upper_steps = vcount;
+    out->seconds = now_seconds() - t0;
+    return FM_OK;
+}
+
+fm_status fm_evaluate(fm_model_t *m, const fm_dataset_t *ds, fm_eval_t *out)
+{
+    memset(out, 0, sizeof *out);
+    if (ds->n == 0)
+        return FM_OK;
+    if (ds->dim != fm_model_config(m)->in_dim) {
+        fm_error_set("evaluate: data has %d features, the model expects %d", ds->dim, fm_model_config(m)->in_dim);
+        return FM_ERR_ARG;
+    }
+    double loss = 0.0, share = 0.0;
+    for (size_t pos = 0; pos < ds->n; pos += EVAL_BATCH) {
+        int B = (int)(ds->n - pos < EVAL_BATCH ? ds->n - pos : EVAL_BATCH);
+        fm_batch_stats_t st;
+        fm_model_forward(m, ds->x + pos * ds->dim, ds->y + pos, B, false, NULL, &st);
+        loss += (double)st.loss * B;
+        share += (double)st.generalist_share * B;
+        out->correct += (size_t)st.correct;
+    }
+    out->n = ds->n;
+    out->loss = loss / ds->n;
+    out->generalist_share = share / ds->n;
+    out->accuracy = (double)out->correct / ds->n;
+    return FM_OK;
+}

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages that fedmoe needs to build, test and run.
+# Works as root, or through sudo. Installs only what is missing.
+#   scripts/install-deps.sh          build + run + test dependencies
+#   scripts/install-deps.sh --bench  also python3-torch for the PyTorch comparison
+set -euo pipefail
+
+pkgs=(build-essential cmake pkg-config
+      libzmq3-dev libprotobuf-c-dev protobuf-c-compiler
+      libssl-dev libsqlite3-dev libopenblas-dev libcmocka-dev zlib1g-dev
+      libinih-dev dataset-fashion-mnist)
+if [[ "${1:-}" == "--bench" ]]; then
+  pkgs+=(python3-torch python3-numpy)
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#pkgs[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then
+  command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+  SUDO=sudo
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

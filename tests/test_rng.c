@@ -1,0 +1,106 @@
+/* Philox known answers, determinism, and the distributions partitions rely on. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "fedmoe/rng.h"
+
+static void test_philox_known_answers(void **state)
+{
+    (void)state;
+    /* Random123's kat_vectors for philox4x32_10 */
+    uint32_t out[4];
+    const uint32_t c0[4] = {0, 0, 0, 0}, k0[2] = {0, 0};
+    fm_philox4x32_10(c0, k0, out);
+    assert_int_equal(out[0], 0x6627e8d5u);
+    assert_int_equal(out[1], 0xe169c58du);
+    assert_int_equal(out[2], 0xbc57ac4cu);
+    assert_int_equal(out[3], 0x9b00dbd8u);
+    const uint32_t c1[4] = {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}, k1[2] = {0xffffffffu, 0xffffffffu};
+    fm_philox4x32_10(c1, k1, out);
+    assert_int_equal(out[0], 0x408f276du);
+    assert_int_equal(out[1], 0x41c83b0eu);
+    assert_int_equal(out[2], 0xa20bc7c6u);
+    assert_int_equal(out[3], 0x6d5451fdu);
+    const uint32_t c2[4] = {0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}, k2[2] = {0xa4093822u, 0x299f31d0u};
+    fm_philox4x32_10(c2, k2, out);
+    assert_int_equal(out[0], 0xd16cfe09u);
+    assert_int_equal(out[1], 0x94fdccebu);
+    assert_int_equal(out[2], 0x5001e420u);
+    assert_int_equal(out[3], 0x24126ea1u);
+}
+
+static void test_streams_are_deterministic_and_distinct(void **state)
+{
+    (void)state;
+    fm_rng_t a, b, c;
+    fm_rng_init(&a, 42, 7);
+    fm_rng_init(&b, 42, 7);
+    fm_rng_init(&c, 42, 8);
+    int same_c = 0;
+    for (int i = 0; i < 1000; i++) {
+        uint32_t x = fm_rng_u32(&a);
+        assert_int_equal(x, fm_rng_u32(&b));
+        same_c += x == fm_rng_u32(&c);
+    }
+    assert_true(same_c < 3);
+}
+
+static void test_distributions(void **state)
+{
+    (void)state;
+    fm_rng_t r;
+    fm_rng_init(&r, 1, 1);
+    const int n = 200000;
+    double su = 0, sn = 0, sn2 = 0, sg = 0;
+    int below[10] = {0};
+    for (int i = 0; i < n; i++) {
+        float u = fm_rng_uniform(&r);
+        assert_true(u >= 0.0f && u < 1.0f);
+        su += u;
+        double z = fm_rng_normal(&r);
+        sn += z;
+        sn2 += z * z;
+        sg += fm_rng_gamma(&r, 0.3);
+        below[fm_rng_below(&r, 10)]++;
+    }
+    assert_true(fabs(su / n - 0.5) < 0.01);
+    assert_true(fabs(sn / n) < 0.01);
+    assert_true(fabs(sn2 / n - 1.0) < 0.02);
+    assert_true(fabs(sg / n - 0.3) < 0.01); /* E[Gamma(a)] = a */
+    for (int i = 0; i < 10; i++)
+        assert_true(abs(below[i] - n / 10) < n / 100);
+}
+
+static void test_shuffle_is_permutation(void **state)
+{
+    (void)state;
+    fm_rng_t r;
+    fm_rng_init(&r, 3, 3);
+    uint32_t a[1000];
+    for (int i = 0; i < 1000; i++)
+        a[i] = (uint32_t)i;
+    fm_rng_shuffle(&r, a, 1000);
+    int seen[1000] = {0}, moved = 0;
+    for (int i = 0; i < 1000; i++) {
+        seen[a[i]]++;
+        moved += a[i] != (uint32_t)i;
+    }
+    for (int i = 0; i < 1000; i++)
+        assert_int_equal(seen[i], 1);
+    assert_true(moved > 900);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_philox_known_answers),
+        cmocka_unit_test(test_streams_are_deterministic_and_distinct),
+        cmocka_unit_test(test_distributions),
+        cmocka_unit_test(test_shuffle_is_permutation),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
