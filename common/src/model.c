@@ -68,7 +68,8 @@ struct fm_model {
     float *tv, *tza, *tga, *to, *tonorm;      /* local text encoder activations */
     float *c1, *logits, *dlogits;             /* (B,C) */
     float *q, *gq, *kp, *vp;                  /* (B,d), (B,d), (J*C,d), (J*C,d) */
-    float *att, *vdot;                        /* (B,C,heads,J) */
+    float *att, *vdot;                        /* (heads, B, J*C): column j*C + c */
+    float *datt, *dvdot;                      /* their gradients, same layout */
     /* backward scratch */
     float *dh, *du, *df, *dnf, *dr, *dw, *dyg, *dg, *dug, *dz0;
     float *dc1, *dtl, *dq, *dgq, *dkp, *dvp;
@@ -402,6 +403,8 @@ static size_t layout_workspace(fm_model_t *m, int B, char *base)
     TAKE(m->vp, float, J * C * d);
     TAKE(m->att, float, (size_t)B * C * c->heads * J);
     TAKE(m->vdot, float, (size_t)B * C * c->heads * J);
+    TAKE(m->datt, float, (size_t)B * C * c->heads * J);
+    TAKE(m->dvdot, float, (size_t)B * C * c->heads * J);
     TAKE(m->dh, float, B * d);
     TAKE(m->du, float, B * d);
     TAKE(m->df, float, B * d);
@@ -620,7 +623,9 @@ static void rows_normalize(float *y, float *norms, const float *x, int rows, int
     }
 }
 
-/* Gating attention: fills att, vdot and adds the gated term to logits (B,C). */
+/* Gating attention: fills att, vdot and adds the gated term to logits (B,C).
+ * Per head h, with keys and values of (expert j, class c) in row j*C + c:
+ * att_h (B, J*C) = softmax_j(scale * q_h kp_h^T), vdot_h (B, J*C) = gq_h vp_h^T. */
 static void gating_forward(fm_model_t *m, int B)
 {
     const fm_model_config_t *c = &m->cfg;
@@ -630,30 +635,29 @@ static void gating_forward(fm_model_t *m, int B)
     fm_linear_forward(m->vp, m->tall, m->wv.w, m->bv.w, JC, d, d);
     /* gq_b = wo^T nf_b, so <nf_b, wo o + bo> = <gq_b, o> + <nf_b, bo> */
     fm_gemm(false, false, B, d, d, 1.0f, m->nf, d, m->wo.w, d, 0.0f, m->gq, d);
+    for (int h = 0; h < H; h++) {
+        float *att = m->att + (size_t)h * B * JC, *vd = m->vdot + (size_t)h * B * JC;
+        fm_gemm(false, true, B, JC, dh, c->attn_scale, m->q + h * dh, d, m->kp + h * dh, d, 0.0f, att, JC);
+        fm_gemm(false, true, B, JC, dh, 1.0f, m->gq + h * dh, d, m->vp + h * dh, d, 0.0f, vd, JC);
+    }
+    float tmp[65];
     for (int b = 0; b < B; b++) {
-        const float *qb = m->q + (size_t)b * d, *gb = m->gq + (size_t)b * d, *nb = m->nf + (size_t)b * d;
+        const float *nb = m->nf + (size_t)b * d;
         float bias = 0.0f;
         for (int j = 0; j < d; j++)
             bias += nb[j] * m->bo.w[j];
         for (int cl = 0; cl < C; cl++) {
             float term = bias;
             for (int h = 0; h < H; h++) {
-                size_t base = (((size_t)b * C + cl) * H + h) * J;
-                float *att = m->att + base, *vd = m->vdot + base;
-                for (int j = 0; j < J; j++) {
-                    const float *kr = m->kp + ((size_t)j * C + cl) * d + h * dh;
-                    const float *vr = m->vp + ((size_t)j * C + cl) * d + h * dh;
-                    float s = 0.0f, v = 0.0f;
-                    for (int t = 0; t < dh; t++) {
-                        s += qb[h * dh + t] * kr[t];
-                        v += gb[h * dh + t] * vr[t];
-                    }
-                    att[j] = c->attn_scale * s;
-                    vd[j] = v;
-                }
-                fm_softmax(att, att, J);
+                float *att = m->att + ((size_t)h * B + b) * JC + cl;
+                const float *vd = m->vdot + ((size_t)h * B + b) * JC + cl;
                 for (int j = 0; j < J; j++)
-                    term += att[j] * vd[j];
+                    tmp[j] = att[j * C];
+                fm_softmax(tmp, tmp, J);
+                for (int j = 0; j < J; j++) {
+                    att[j * C] = tmp[j];
+                    term += tmp[j] * vd[j * C];
+                }
             }
             m->logits[(size_t)b * C + cl] += c->tau * term;
         }
@@ -708,39 +712,38 @@ static void gating_backward(fm_model_t *m, int B, bool train_gate, bool need_dtl
 {
     const fm_model_config_t *c = &m->cfg;
     int d = c->d, C = c->classes, H = c->heads, dh = m->hd, J = 1 + m->K, JC = J * C;
-    float da[65], ds[65];
-    memset(m->dq, 0, sizeof(float) * B * d);
-    memset(m->dgq, 0, sizeof(float) * B * d);
-    memset(m->dkp, 0, sizeof(float) * JC * d);
-    memset(m->dvp, 0, sizeof(float) * JC * d);
-    for (int b = 0; b < B; b++) {
-        const float *qb = m->q + (size_t)b * d, *gb = m->gq + (size_t)b * d;
-        float *dqb = m->dq + (size_t)b * d, *dgb = m->dgq + (size_t)b * d;
-        float sum_dc2 = 0.0f;
-        for (int cl = 0; cl < C; cl++) {
-            float dc2 = c->tau * m->dlogits[(size_t)b * C + cl];
-            sum_dc2 += dc2;
-            for (int h = 0; h < H; h++) {
-                size_t base = (((size_t)b * C + cl) * H + h) * J;
-                const float *att = m->att + base, *vd = m->vdot + base;
-                for (int j = 0; j < J; j++)
-                    da[j] = dc2 * vd[j];
-                fm_softmax_backward(ds, da, att, J);
+    float att[65], da[65], ds[65];
+    /* through the softmax over experts, per (head, input, class) */
+    for (int h = 0; h < H; h++)
+        for (int b = 0; b < B; b++) {
+            size_t row = ((size_t)h * B + b) * JC;
+            for (int cl = 0; cl < C; cl++) {
+                float dc2 = c->tau * m->dlogits[(size_t)b * C + cl];
                 for (int j = 0; j < J; j++) {
-                    size_t row = ((size_t)j * C + cl) * d + h * dh;
-                    const float *kr = m->kp + row, *vr = m->vp + row;
-                    float *dkr = m->dkp + row, *dvr = m->dvp + row;
-                    float dvd = dc2 * att[j], dsc = c->attn_scale * ds[j];
-                    for (int t = 0; t < dh; t++) {
-                        dgb[h * dh + t] += dvd * vr[t];
-                        dvr[t] += dvd * gb[h * dh + t];
-                        dqb[h * dh + t] += dsc * kr[t];
-                        dkr[t] += dsc * qb[h * dh + t];
-                    }
+                    size_t i = row + (size_t)j * C + cl;
+                    att[j] = m->att[i];
+                    da[j] = dc2 * m->vdot[i];
+                    m->dvdot[i] = dc2 * att[j];
                 }
+                fm_softmax_backward(ds, da, att, J);
+                for (int j = 0; j < J; j++)
+                    m->datt[row + (size_t)j * C + cl] = ds[j];
             }
         }
-        /* bias term <nf_b, bo> */
+    /* per head: the four products of the two bilinear maps */
+    for (int h = 0; h < H; h++) {
+        const float *dvd = m->dvdot + (size_t)h * B * JC, *dat = m->datt + (size_t)h * B * JC;
+        int o = h * dh;
+        fm_gemm(false, false, B, dh, JC, 1.0f, dvd, JC, m->vp + o, d, 0.0f, m->dgq + o, d);
+        fm_gemm(true, false, JC, dh, B, 1.0f, dvd, JC, m->gq + o, d, 0.0f, m->dvp + o, d);
+        fm_gemm(false, false, B, dh, JC, c->attn_scale, dat, JC, m->kp + o, d, 0.0f, m->dq + o, d);
+        fm_gemm(true, false, JC, dh, B, c->attn_scale, dat, JC, m->q + o, d, 0.0f, m->dkp + o, d);
+    }
+    /* bias term <nf_b, bo> */
+    for (int b = 0; b < B; b++) {
+        float sum_dc2 = 0.0f;
+        for (int cl = 0; cl < C; cl++)
+            sum_dc2 += c->tau * m->dlogits[(size_t)b * C + cl];
         float *dnb = m->dnf + (size_t)b * d;
         const float *nb = m->nf + (size_t)b * d;
         for (int j = 0; j < d; j++) {

@@ -26,6 +26,8 @@ typedef struct {
 
 static int push(ulist_t *l, const uint32_t *src, size_t n)
 {
+    if (n == 0)
+        return 0;
     if (l->n + n > l->cap) {
         size_t cap = l->cap ? l->cap : 256;
         while (cap < l->n + n)

@@ -1,0 +1,176 @@
+/* fedmoe-bench: performance measurements that print one JSON line each.
+ *
+ *   fedmoe-bench train [--stem mlp|cnn] [--batch B] [--steps N] [--repeats R] [--threads T]
+ *
+ * train: local training throughput of the default model (lower-level steps, the
+ * full backward, with K non-local prompts so the gating runs) on synthetic
+ * standardized inputs; the median over R repeats of N steps. Also the GEMM
+ * GFLOP/s the step reaches and the single-thread cblas_sgemm peak (1024^3) for
+ * the fraction of peak. */
+#include <cblas.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fedmoe/args.h"
+#include "fedmoe/kernels.h"
+#include "fedmoe/log.h"
+#include "fedmoe/model.h"
+#include "fedmoe/rng.h"
+#include "fedmoe/train.h"
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Single-thread SGEMM GFLOP/s on n x n x n, median of 5. */
+static double sgemm_peak(int n)
+{
+    float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n), *c = malloc(sizeof(float) * n * n);
+    fm_rng_t r;
+    fm_rng_init(&r, 1, 1);
+    fm_rng_fill_uniform(&r, a, (size_t)n * n, 1);
+    fm_rng_fill_uniform(&r, b, (size_t)n * n, 1);
+    double g[5];
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+    for (int i = 0; i < 5; i++) {
+        double t0 = now();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+        g[i] = 2.0 * n * n * n / (now() - t0) / 1e9;
+    }
+    free(a);
+    free(b);
+    free(c);
+    return median(g, 5);
+}
+
+static int bench_train(int argc, char **argv)
+{
+    static const struct option opts[] = {{"stem", required_argument, 0, 's'}, {"batch", required_argument, 0, 'b'},
+                                         {"steps", required_argument, 0, 'n'}, {"repeats", required_argument, 0, 'r'},
+                                         {"threads", required_argument, 0, 't'}, {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    fm_model_config_t mc;
+    fm_model_config_default(&mc);
+    int batch = 32, steps = 200, repeats = 5, threads = 1, c;
+    optind = 1;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        fm_status st = FM_OK;
+        switch (c) {
+        case 's':
+            if (strcmp(optarg, "mlp") == 0)
+                mc.stem = FM_STEM_MLP;
+            else if (strcmp(optarg, "cnn") == 0)
+                mc.stem = FM_STEM_CNN;
+            else {
+                fm_error_set("--stem: '%s' is not mlp or cnn", optarg);
+                st = FM_ERR_ARG;
+            }
+            break;
+        case 'b': st = fm_arg_int("--batch", optarg, 1, 4096, &batch); break;
+        case 'n': st = fm_arg_int("--steps", optarg, 1, 1000000, &steps); break;
+        case 'r': st = fm_arg_int("--repeats", optarg, 1, 1000, &repeats); break;
+        case 't': st = fm_arg_int("--threads", optarg, 1, 256, &threads); break;
+        case 'h':
+            printf("usage: fedmoe-bench train [--stem mlp|cnn] [--batch 32] [--steps 200] [--repeats 5] [--threads 1]\n");
+            return 0;
+        default:
+            fm_error_set("unknown or incomplete option '%s'", argv[optind - 1]);
+            st = FM_ERR_ARG;
+        }
+        if (st != FM_OK) {
+            fprintf(stderr, "fedmoe-bench: %s\n", fm_error_last());
+            return 2;
+        }
+    }
+    fm_kernels_set_threads(threads);
+    fm_model_t *m = NULL;
+    fm_trainer_t *t = NULL;
+    fm_train_config_t tc;
+    fm_train_config_default(&tc);
+    tc.batch = batch;
+    if (fm_model_new(&m, &mc, 1, FM_STREAM_LOCAL) != FM_OK || fm_trainer_new(&t, m, &tc, 1, 1) != FM_OK) {
+        fprintf(stderr, "fedmoe-bench: %s\n", fm_error_last());
+        return 1;
+    }
+    fm_rng_t r;
+    fm_rng_init(&r, 2, 2);
+    size_t psz = (size_t)mc.prompt_len * mc.prompt_dim;
+    float *nl = malloc(sizeof(float) * psz * mc.max_nonlocal);
+    fm_rng_fill_uniform(&r, nl, psz * mc.max_nonlocal, 0.05f);
+    fm_model_set_nonlocal(m, nl, mc.max_nonlocal);
+    /* a pool of synthetic batches */
+    const int pool = 16;
+    float *x = malloc(sizeof(float) * (size_t)pool * batch * mc.in_dim);
+    uint8_t *y = malloc((size_t)pool * batch);
+    for (size_t i = 0; i < (size_t)pool * batch * mc.in_dim; i++)
+        x[i] = (float)fm_rng_normal(&r);
+    for (int i = 0; i < pool * batch; i++)
+        y[i] = (uint8_t)fm_rng_below(&r, (uint32_t)mc.classes);
+    for (int i = 0; i < 20; i++) /* warm-up */
+        fm_trainer_step(t, FM_LEVEL_LOWER, x + (size_t)(i % pool) * batch * mc.in_dim, y + (i % pool) * batch, batch);
+    double *sps = malloc(sizeof(double) * repeats), *gfl = malloc(sizeof(double) * repeats);
+    double *usps = malloc(sizeof(double) * repeats);
+    for (int rep = 0; rep < repeats; rep++) {
+        uint64_t f0 = fm_gemm_flops();
+        double t0 = now();
+        for (int i = 0; i < steps; i++)
+            fm_trainer_step(t, FM_LEVEL_LOWER, x + (size_t)(i % pool) * batch * mc.in_dim, y + (i % pool) * batch,
+                            batch);
+        double dt = now() - t0;
+        sps[rep] = (double)steps * batch / dt;
+        gfl[rep] = (double)(fm_gemm_flops() - f0) / dt / 1e9;
+        t0 = now();
+        for (int i = 0; i < steps; i++)
+            fm_trainer_step(t, FM_LEVEL_UPPER, x + (size_t)(i % pool) * batch * mc.in_dim, y + (i % pool) * batch,
+                            batch);
+        usps[rep] = (double)steps * batch / (now() - t0);
+    }
+    double peak = sgemm_peak(1024);
+    double s = median(sps, repeats), g = median(gfl, repeats), u = median(usps, repeats);
+    printf("{\"bench\":\"train\",\"impl\":\"fedmoe\",\"stem\":\"%s\",\"batch\":%d,\"threads\":%d,\"steps\":%d,"
+           "\"repeats\":%d,\"samples_per_s\":%.1f,\"upper_samples_per_s\":%.1f,\"gemm_gflops\":%.2f,"
+           "\"sgemm_peak_gflops\":%.2f,\"peak_fraction\":%.3f,\"params\":%zu}\n",
+           mc.stem == FM_STEM_CNN ? "cnn" : "mlp", batch, threads, steps, repeats, s, u, g, peak, g / peak,
+           fm_params_total(fm_model_params(m)));
+    free(sps);
+    free(gfl);
+    free(usps);
+    free(x);
+    free(y);
+    free(nl);
+    fm_trainer_destroy(&t);
+    fm_model_destroy(&m);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        FILE *f = argc < 2 ? stderr : stdout;
+        fprintf(f, "usage: fedmoe-bench train [options]   (fedmoe-bench train --help)\n");
+        return argc < 2 ? 2 : 0;
+    }
+    if (strcmp(argv[1], "train") == 0)
+        return bench_train(argc - 1, argv + 1);
+    fprintf(stderr, "fedmoe-bench: unknown benchmark '%s' (try: train)\n", argv[1]);
+    return 2;
+}

@@ -1,0 +1,216 @@
+/* The bi-level step: routers move only in the upper level, experts (and the rest)
+ * only in the lower; the alternation schedule; and training that learns. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fedmoe/dataset.h"
+#include "fedmoe/model.h"
+#include "fedmoe/rng.h"
+#include "fedmoe/train.h"
+
+#define DIM 12
+#define CLASSES 4
+
+static void config(fm_model_config_t *c, bool gate_on_val)
+{
+    fm_model_config_default(c);
+    c->in_dim = DIM;
+    c->classes = CLASSES;
+    c->d = 16;
+    c->ffn_hidden = 16;
+    c->prompt_len = 2;
+    c->prompt_dim = 8;
+    c->text_hidden = 16;
+    c->heads = 2;
+    c->max_nonlocal = 2;
+    c->gating_on_validation = gate_on_val;
+}
+
+/* Gaussian blobs: class c is centred at a random point; separable. */
+static void blobs(fm_dataset_t *ds, size_t n, uint64_t seed)
+{
+    static float centres[CLASSES][DIM];
+    fm_rng_t r;
+    fm_rng_init(&r, 1234, 1);
+    for (int c = 0; c < CLASSES; c++)
+        for (int j = 0; j < DIM; j++)
+            centres[c][j] = 2.0f * (float)fm_rng_normal(&r);
+    fm_rng_init(&r, seed, 2);
+    memset(ds, 0, sizeof *ds);
+    ds->n = n;
+    ds->dim = DIM;
+    ds->classes = CLASSES;
+    ds->x = malloc(sizeof(float) * n * DIM);
+    ds->y = malloc(n);
+    for (size_t i = 0; i < n; i++) {
+        int c = (int)fm_rng_below(&r, CLASSES);
+        ds->y[i] = (uint8_t)c;
+        for (int j = 0; j < DIM; j++)
+            ds->x[i * DIM + j] = centres[c][j] + (float)fm_rng_normal(&r);
+    }
+}
+
+typedef struct {
+    float *w[FM_GROUP_COUNT];
+} snapshot_t;
+
+static snapshot_t snap(fm_model_t *m)
+{
+    snapshot_t s;
+    fm_params_t *ps = fm_model_params(m);
+    for (int g = 0; g < FM_GROUP_COUNT; g++) {
+        s.w[g] = malloc(sizeof(float) * ps->groups[g].size);
+        memcpy(s.w[g], ps->groups[g].w, sizeof(float) * ps->groups[g].size);
+    }
+    return s;
+}
+
+static void unsnap(snapshot_t *s)
+{
+    for (int g = 0; g < FM_GROUP_COUNT; g++)
+        free(s->w[g]);
+}
+
+static bool changed(fm_model_t *m, const snapshot_t *s, const fm_param_t *p)
+{
+    (void)m;
+    return memcmp(p->view->w, s->w[p->group] + p->offset, sizeof(float) * p->size) != 0;
+}
+
+/* After one step of `level`, exactly the parameters of that level have moved. */
+static void check_step_moves_only(fm_model_t *m, fm_trainer_t *t, fm_level level, const fm_dataset_t *d)
+{
+    snapshot_t s = snap(m);
+    fm_trainer_step(t, level, d->x, d->y, 32);
+    fm_params_t *ps = fm_model_params(m);
+    for (int i = 0; i < ps->count; i++) {
+        const fm_param_t *p = &ps->params[i];
+        if (p->level == level)
+            assert_true(changed(m, &s, p));
+        else
+            assert_false(changed(m, &s, p));
+    }
+    unsnap(&s);
+}
+
+static void run_levels(bool gate_on_val)
+{
+    fm_model_config_t c;
+    config(&c, gate_on_val);
+    fm_model_t *m = NULL;
+    assert_int_equal(fm_model_new(&m, &c, 3, FM_STREAM_LOCAL), FM_OK);
+    float nl[2 * 2 * 8];
+    fm_rng_t r;
+    fm_rng_init(&r, 5, 5);
+    fm_rng_fill_uniform(&r, nl, 32, 0.5f);
+    assert_int_equal(fm_model_set_nonlocal(m, nl, 2), FM_OK);
+    fm_dataset_t d;
+    blobs(&d, 64, 1);
+    fm_train_config_t tc;
+    fm_train_config_default(&tc);
+    fm_trainer_t *t = NULL;
+    assert_int_equal(fm_trainer_new(&t, m, &tc, 1, 1), FM_OK);
+    fm_params_t *ps = fm_model_params(m);
+    /* the levels are as DESIGN section 3 says */
+    for (int i = 0; i < ps->count; i++) {
+        const fm_param_t *p = &ps->params[i];
+        bool router = strstr(p->name, "router") != NULL, gate = strncmp(p->name, "gating", 6) == 0;
+        fm_level want = router || (gate && gate_on_val) ? FM_LEVEL_UPPER : FM_LEVEL_LOWER;
+        assert_int_equal(p->level, want);
+    }
+    for (int rep = 0; rep < 3; rep++) {
+        check_step_moves_only(m, t, FM_LEVEL_LOWER, &d);
+        check_step_moves_only(m, t, FM_LEVEL_UPPER, &d);
+    }
+    assert_int_equal(fm_trainer_steps(t, FM_LEVEL_LOWER), 3);
+    assert_int_equal(fm_trainer_steps(t, FM_LEVEL_UPPER), 3);
+    fm_trainer_destroy(&t);
+    fm_dataset_free(&d);
+    fm_model_destroy(&m);
+}
+
+static void test_levels_move_their_own_parameters(void **state) { (void)state; run_levels(false); }
+static void test_levels_with_gating_on_validation(void **state) { (void)state; run_levels(true); }
+
+static void test_alternation_schedule(void **state)
+{
+    (void)state;
+    fm_model_config_t c;
+    config(&c, false);
+    fm_model_t *m = NULL;
+    assert_int_equal(fm_model_new(&m, &c, 3, FM_STREAM_LOCAL), FM_OK);
+    fm_dataset_t train, val;
+    blobs(&train, 320, 1); /* 10 batches of 32 */
+    blobs(&val, 50, 2);
+    fm_train_config_t tc;
+    fm_train_config_default(&tc);
+    tc.expert_steps = 3;
+    tc.router_steps = 2;
+    fm_trainer_t *t = NULL;
+    assert_int_equal(fm_trainer_new(&t, m, &tc, 1, 1), FM_OK);
+    fm_train_stats_t st;
+    assert_int_equal(fm_trainer_run(t, &train, &val, 2, &st), FM_OK);
+    assert_int_equal(st.lower_steps, 20);
+    assert_int_equal(st.upper_steps, 6 * 2); /* after lower steps 3, 6, 9, 12, 15, 18 */
+    assert_int_equal(st.samples, 640);
+    /* without validation data there is no upper level */
+    fm_dataset_t empty = {0};
+    empty.dim = DIM;
+    assert_int_equal(fm_trainer_run(t, &train, &empty, 1, &st), FM_OK);
+    assert_int_equal(st.upper_steps, 0);
+    /* wrong feature count is an error, not a crash */
+    fm_dataset_t wrong = train;
+    wrong.dim = DIM + 1;
+    assert_int_equal(fm_trainer_run(t, &wrong, &val, 1, &st), FM_ERR_ARG);
+    fm_trainer_destroy(&t);
+    fm_dataset_free(&train);
+    fm_dataset_free(&val);
+    fm_model_destroy(&m);
+}
+
+static void test_training_learns(void **state)
+{
+    (void)state;
+    fm_model_config_t c;
+    config(&c, false);
+    fm_model_t *m = NULL;
+    assert_int_equal(fm_model_new(&m, &c, 3, FM_STREAM_LOCAL), FM_OK);
+    fm_dataset_t train, val, test;
+    blobs(&train, 2000, 1);
+    blobs(&val, 400, 2);
+    blobs(&test, 1000, 3);
+    fm_train_config_t tc;
+    fm_train_config_default(&tc);
+    fm_trainer_t *t = NULL;
+    assert_int_equal(fm_trainer_new(&t, m, &tc, 1, 1), FM_OK);
+    fm_eval_t before, after;
+    assert_int_equal(fm_evaluate(m, &test, &before), FM_OK);
+    fm_train_stats_t st;
+    assert_int_equal(fm_trainer_run(t, &train, &val, 3, &st), FM_OK);
+    assert_int_equal(fm_evaluate(m, &test, &after), FM_OK);
+    assert_true(after.loss < before.loss * 0.5);
+    assert_true(after.accuracy > 0.95);
+    assert_true(after.generalist_share > 0.0 && after.generalist_share < 1.0);
+    assert_int_equal(after.n, 1000);
+    fm_trainer_destroy(&t);
+    fm_dataset_free(&train);
+    fm_dataset_free(&val);
+    fm_dataset_free(&test);
+    fm_model_destroy(&m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_levels_move_their_own_parameters),
+        cmocka_unit_test(test_levels_with_gating_on_validation),
+        cmocka_unit_test(test_alternation_schedule),
+        cmocka_unit_test(test_training_learns),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
