@@ -2,6 +2,7 @@
  * data centrally) with the bi-level step and prints per-epoch loss and accuracy;
  * the engine of the `local` baseline and a debugging tool. */
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,7 @@ static void usage(FILE *f)
             "  --batch B             batch size (default 32)\n"
             "  --lr LR               expert learning rate (default 1e-3)\n"
             "  --router-lr LR        router learning rate (default 1e-3)\n"
+            "  --schedule S          cosine (default) or constant learning rate over the epochs\n"
             "  --expert-steps N      T_e, lower-level steps per cycle (default 30)\n"
             "  --router-steps N      T_r, upper-level steps per cycle (default 10; 0 = none)\n"
             "  --seed N              run seed (default 1)\n"
@@ -62,7 +64,7 @@ int main(int argc, char **argv)
     enum {
         O_STANDALONE = 256, O_DATASET, O_PARTITION, O_DIRICHLET, O_PATHO, O_IID, O_MINS, O_STEM, O_SPEC,
         O_GEN, O_BLOCKS, O_TAU, O_NOGATE, O_GATEVAL, O_EPOCHS, O_BATCH, O_LR, O_RLR, O_TE, O_TR, O_SEED,
-        O_THREADS
+        O_THREADS, O_SCHED
     };
     static const struct option opts[] = {
         {"standalone", no_argument, 0, O_STANDALONE}, {"dataset", required_argument, 0, O_DATASET},
@@ -76,6 +78,7 @@ int main(int argc, char **argv)
         {"lr", required_argument, 0, O_LR}, {"router-lr", required_argument, 0, O_RLR},
         {"expert-steps", required_argument, 0, O_TE}, {"router-steps", required_argument, 0, O_TR},
         {"seed", required_argument, 0, O_SEED}, {"threads", required_argument, 0, O_THREADS},
+        {"schedule", required_argument, 0, O_SCHED},
         {"verbose", no_argument, 0, 'v'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     fm_model_config_t mc;
     fm_train_config_t tc;
@@ -83,7 +86,7 @@ int main(int argc, char **argv)
     fm_model_config_default(&mc);
     fm_train_config_default(&tc);
     fm_data_spec_default(&ds);
-    bool standalone = false;
+    bool standalone = false, cosine = true;
     int epochs = 10, threads = 1, iv;
     double dv;
     unsigned long long seed = 1;
@@ -141,6 +144,14 @@ int main(int argc, char **argv)
         case O_TR: st = fm_arg_int("--router-steps", optarg, 0, 1 << 30, &tc.router_steps); break;
         case O_SEED: st = fm_arg_u64("--seed", optarg, &seed); break;
         case O_THREADS: st = fm_arg_int("--threads", optarg, 1, 256, &threads); break;
+        case O_SCHED:
+            if (strcmp(optarg, "cosine") == 0 || strcmp(optarg, "constant") == 0)
+                cosine = strcmp(optarg, "cosine") == 0;
+            else {
+                fm_error_set("--schedule: '%s' is not cosine or constant", optarg);
+                st = FM_ERR_ARG;
+            }
+            break;
         case 'v': fm_log_set_level(FM_LOG_DEBUG); break;
         case 'h': usage(stdout); return 0;
         default:
@@ -181,17 +192,20 @@ int main(int argc, char **argv)
                 data.val.n, data.test.n);
     else
         fm_info("centralized: %zu train, %zu validation, %zu test examples", data.train.n, data.val.n, data.test.n);
-    printf("%5s %10s %10s %10s %9s %9s %8s\n", "epoch", "train_loss", "val_loss", "test_loss", "test_acc",
-           "gen_share", "seconds");
+    printf("%5s %10s %10s %9s %10s %9s %9s %8s\n", "epoch", "train_loss", "val_loss", "val_acc", "test_loss",
+           "test_acc", "gen_share", "seconds");
     for (int ep = 1; ep <= epochs; ep++) {
         fm_train_stats_t ts;
-        fm_eval_t ev;
-        if (fm_trainer_run(t, &data.train, &data.val, 1, &ts) != FM_OK || fm_evaluate(m, &data.test, &ev) != FM_OK) {
+        fm_eval_t ev, vv;
+        if (cosine)
+            fm_trainer_set_lr_scale(t, 0.5f * (1.0f + cosf(3.14159265f * (float)(ep - 1) / (float)epochs)));
+        if (fm_trainer_run(t, &data.train, &data.val, 1, &ts) != FM_OK || fm_evaluate(m, &data.val, &vv) != FM_OK ||
+            fm_evaluate(m, &data.test, &ev) != FM_OK) {
             rc = fail();
             goto out;
         }
-        printf("%5d %10.4f %10.4f %10.4f %8.2f%% %9.3f %8.2f\n", ep, ts.train_loss, ts.val_loss, ev.loss,
-               100.0 * ev.accuracy, ev.generalist_share, ts.seconds);
+        printf("%5d %10.4f %10.4f %8.2f%% %10.4f %8.2f%% %9.3f %8.2f\n", ep, ts.train_loss, vv.loss,
+               100.0 * vv.accuracy, ev.loss, 100.0 * ev.accuracy, ev.generalist_share, ts.seconds);
         fflush(stdout);
     }
 out:

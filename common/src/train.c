@@ -14,6 +14,7 @@ struct fm_trainer {
     fm_train_config_t cfg;
     fm_rng_t rng;
     long steps[2];     /* AdamW step counts: lower, upper */
+    float lr_scale;    /* schedule multiplier on both learning rates */
     float *x;          /* (batch, dim) */
     uint8_t *y;
     int dim;
@@ -46,6 +47,7 @@ fm_status fm_trainer_new(fm_trainer_t **out, fm_model_t *m, const fm_train_confi
         return FM_ERR_NOMEM;
     t->m = m;
     t->cfg = *cfg;
+    t->lr_scale = 1.0f;
     t->dim = fm_model_config(m)->in_dim;
     fm_rng_init(&t->rng, seed, stream);
     t->x = malloc(sizeof(float) * cfg->batch * t->dim);
@@ -71,12 +73,16 @@ void fm_trainer_destroy(fm_trainer_t **tp)
     *tp = NULL;
 }
 
+void fm_trainer_set_lr_scale(fm_trainer_t *t, float scale) { t->lr_scale = scale; }
+
 long fm_trainer_steps(const fm_trainer_t *t, fm_level level) { return t->steps[level == FM_LEVEL_UPPER]; }
 
 static void adamw_level(fm_trainer_t *t, fm_level level)
 {
     fm_params_t *ps = fm_model_params(t->m);
-    const fm_adamw_config_t *c = level == FM_LEVEL_UPPER ? &t->cfg.upper : &t->cfg.lower;
+    fm_adamw_config_t c_scaled = level == FM_LEVEL_UPPER ? t->cfg.upper : t->cfg.lower;
+    c_scaled.lr *= t->lr_scale;
+    const fm_adamw_config_t *c = &c_scaled;
     long step = ++t->steps[level == FM_LEVEL_UPPER];
     for (int i = 0; i < ps->count; i++) {
         const fm_param_t *p = &ps->params[i];

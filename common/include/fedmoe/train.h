@@ -49,6 +49,8 @@ fm_status fm_trainer_run(fm_trainer_t *t, const fm_dataset_t *train, const fm_da
 /* One step of one level on the given batch (exposed for tests and benchmarks).
  * Returns the batch's objective. */
 float fm_trainer_step(fm_trainer_t *t, fm_level level, const float *x, const uint8_t *y, int B);
+/* Multiplies both levels' learning rates by scale from now on (schedules). */
+void fm_trainer_set_lr_scale(fm_trainer_t *t, float scale);
 /* AdamW step counts of the two levels. */
 long fm_trainer_steps(const fm_trainer_t *t, fm_level level);
 

@@ -1,0 +1,57 @@
+/* wire.h - the protocol codec: envelopes to and from bytes, tensors with digests,
+ * and sending / receiving them on ZeroMQ sockets.
+ *
+ * Limits are enforced before decoding (maximum message size) and after (protocol
+ * version, a body present, tensor names, shapes, digests, finite values). Every
+ * rejection returns FM_ERR_FORMAT with a reason in fm_error_last() and an
+ * fm_wire_code for the Error reply. */
+#ifndef FEDMOE_WIRE_H
+#define FEDMOE_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fedmoe.pb-c.h"
+#include "fedmoe/status.h"
+
+#define FM_PROTOCOL_VERSION 1
+
+/* Error codes carried in Error.code (docs/protocol.md). */
+typedef enum {
+    FM_WIRE_OK = 0,
+    FM_WIRE_MALFORMED = 1,      /* not a decodable Envelope, or no body */
+    FM_WIRE_VERSION = 2,        /* protocol version not spoken here */
+    FM_WIRE_TOO_LARGE = 3,      /* over the maximum message size */
+    FM_WIRE_UNKNOWN_CLIENT = 4, /* a message before Hello */
+    FM_WIRE_WRONG_ROUND = 5,    /* an update for a round that is not open for this client */
+    FM_WIRE_DUPLICATE = 6,      /* a second update for the same round */
+    FM_WIRE_BAD_TENSOR = 7,     /* wrong name, shape, length or digest */
+    FM_WIRE_BAD_VALUE = 8,      /* NaN / Inf, or absurd counts */
+    FM_WIRE_REJECTED = 9,       /* a valid message the coordinator will not accept (e.g. wrong model) */
+} fm_wire_code;
+
+/* The code of the last rejection by this module (thread-local). */
+fm_wire_code fm_wire_last_code(void);
+
+/* Fills t with rows x cols floats: name, shape, little-endian bytes, SHA-256. The
+ * data and digest are malloc'd and owned by t: release with fm_wire_tensor_clear. */
+fm_status fm_wire_tensor_set(Fedmoe__Tensor *t, const char *name, const float *x, uint32_t rows, uint32_t cols);
+void fm_wire_tensor_clear(Fedmoe__Tensor *t);
+/* Checks that t is named `name`, holds rows x cols finite floats and that the
+ * digest matches; then copies them into out (rows*cols floats). */
+fm_status fm_wire_tensor_get(const Fedmoe__Tensor *t, const char *name, uint32_t rows, uint32_t cols, float *out);
+
+/* Serializes env (setting its protocol version) into a malloc'd buffer. */
+fm_status fm_wire_encode(Fedmoe__Envelope *env, uint8_t **buf, size_t *len);
+/* Decodes a message of len bytes; rejects len > max_len, undecodable bytes, a
+ * wrong version, a missing body. On success the caller frees *out with
+ * fedmoe__envelope__free_unpacked(*out, NULL). */
+fm_status fm_wire_decode(const uint8_t *buf, size_t len, size_t max_len, Fedmoe__Envelope **out);
+
+/* Sends env on a ZeroMQ socket; with a non-NULL identity (ROUTER) the identity
+ * frame goes first. Non-blocking: a peer that cannot take it gets nothing. */
+fm_status fm_wire_send(void *socket, const char *identity, Fedmoe__Envelope *env);
+/* Sends an Error envelope. */
+fm_status fm_wire_send_error(void *socket, const char *identity, fm_wire_code code, const char *text);
+
+#endif

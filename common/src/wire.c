@@ -1,0 +1,180 @@
+#include "fedmoe/wire.h"
+
+#include <math.h>
+#include <openssl/evp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "fedmoe/log.h"
+
+static _Thread_local fm_wire_code g_code;
+
+fm_wire_code fm_wire_last_code(void) { return g_code; }
+
+static fm_status reject(fm_wire_code code)
+{
+    g_code = code;
+    return FM_ERR_FORMAT;
+}
+
+static void sha256(const uint8_t *data, size_t len, uint8_t out[32])
+{
+    unsigned int n = 32;
+    EVP_Digest(data, len, out, &n, EVP_sha256(), NULL);
+}
+
+static inline uint32_t to_le32(uint32_t v)
+{
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    return v;
+#else
+    return __builtin_bswap32(v);
+#endif
+}
+
+fm_status fm_wire_tensor_set(Fedmoe__Tensor *t, const char *name, const float *x, uint32_t rows, uint32_t cols)
+{
+    fedmoe__tensor__init(t);
+    size_t n = (size_t)rows * cols;
+    t->name = strdup(name);
+    t->shape = malloc(sizeof(uint32_t) * 2);
+    t->data.data = malloc(n ? n * 4 : 1);
+    t->sha256.data = malloc(32);
+    if (!t->name || !t->shape || !t->data.data || !t->sha256.data) {
+        fm_wire_tensor_clear(t);
+        return FM_ERR_NOMEM;
+    }
+    t->n_shape = 2;
+    t->shape[0] = rows;
+    t->shape[1] = cols;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t v;
+        memcpy(&v, &x[i], 4);
+        v = to_le32(v);
+        memcpy(t->data.data + 4 * i, &v, 4);
+    }
+    t->data.len = n * 4;
+    sha256(t->data.data, t->data.len, t->sha256.data);
+    t->sha256.len = 32;
+    return FM_OK;
+}
+
+void fm_wire_tensor_clear(Fedmoe__Tensor *t)
+{
+    if (t->name != protobuf_c_empty_string)
+        free(t->name);
+    free(t->shape);
+    free(t->data.data);
+    free(t->sha256.data);
+    fedmoe__tensor__init(t);
+}
+
+fm_status fm_wire_tensor_get(const Fedmoe__Tensor *t, const char *name, uint32_t rows, uint32_t cols, float *out)
+{
+    if (!t) {
+        fm_error_set("tensor '%s' missing", name);
+        return reject(FM_WIRE_BAD_TENSOR);
+    }
+    if (!t->name || strcmp(t->name, name) != 0) {
+        fm_error_set("tensor named '%.40s', expected '%s'", t->name ? t->name : "", name);
+        return reject(FM_WIRE_BAD_TENSOR);
+    }
+    if (t->n_shape != 2 || t->shape[0] != rows || t->shape[1] != cols) {
+        fm_error_set("tensor '%s' has the wrong shape, expected %u x %u", name, rows, cols);
+        return reject(FM_WIRE_BAD_TENSOR);
+    }
+    size_t n = (size_t)rows * cols;
+    if (t->data.len != n * 4) {
+        fm_error_set("tensor '%s' holds %zu bytes, expected %zu", name, t->data.len, n * 4);
+        return reject(FM_WIRE_BAD_TENSOR);
+    }
+    uint8_t digest[32];
+    sha256(t->data.data, t->data.len, digest);
+    if (t->sha256.len != 32 || memcmp(digest, t->sha256.data, 32) != 0) {
+        fm_error_set("tensor '%s': SHA-256 does not match its data", name);
+        return reject(FM_WIRE_BAD_TENSOR);
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint32_t v;
+        memcpy(&v, t->data.data + 4 * i, 4);
+        v = to_le32(v);
+        float f;
+        memcpy(&f, &v, 4);
+        if (!isfinite(f)) {
+            fm_error_set("tensor '%s': value %zu is not finite", name, i);
+            return reject(FM_WIRE_BAD_VALUE);
+        }
+        out[i] = f;
+    }
+    return FM_OK;
+}
+
+fm_status fm_wire_encode(Fedmoe__Envelope *env, uint8_t **buf, size_t *len)
+{
+    env->protocol_version = FM_PROTOCOL_VERSION;
+    size_t n = fedmoe__envelope__get_packed_size(env);
+    *buf = malloc(n ? n : 1);
+    if (!*buf)
+        return FM_ERR_NOMEM;
+    *len = fedmoe__envelope__pack(env, *buf);
+    return FM_OK;
+}
+
+fm_status fm_wire_decode(const uint8_t *buf, size_t len, size_t max_len, Fedmoe__Envelope **out)
+{
+    *out = NULL;
+    if (len > max_len) {
+        fm_error_set("message of %zu bytes is over the limit of %zu", len, max_len);
+        return reject(FM_WIRE_TOO_LARGE);
+    }
+    Fedmoe__Envelope *env = fedmoe__envelope__unpack(NULL, len, buf);
+    if (!env) {
+        fm_error_set("message of %zu bytes is not a valid Envelope", len);
+        return reject(FM_WIRE_MALFORMED);
+    }
+    if (env->protocol_version != FM_PROTOCOL_VERSION) {
+        fm_error_set("protocol version %u, this side speaks %u", env->protocol_version, FM_PROTOCOL_VERSION);
+        fedmoe__envelope__free_unpacked(env, NULL);
+        return reject(FM_WIRE_VERSION);
+    }
+    if (env->body_case == FEDMOE__ENVELOPE__BODY__NOT_SET) {
+        fm_error_set("envelope without a body");
+        fedmoe__envelope__free_unpacked(env, NULL);
+        return reject(FM_WIRE_MALFORMED);
+    }
+    *out = env;
+    return FM_OK;
+}
+
+fm_status fm_wire_send(void *socket, const char *identity, Fedmoe__Envelope *env)
+{
+    uint8_t *buf;
+    size_t len;
+    fm_status st = fm_wire_encode(env, &buf, &len);
+    if (st != FM_OK)
+        return st;
+    if (identity && zmq_send(socket, identity, strlen(identity), ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
+        free(buf);
+        fm_error_set("send to %s: %s", identity, zmq_strerror(zmq_errno()));
+        return FM_ERR_IO;
+    }
+    int rc = zmq_send(socket, buf, len, ZMQ_DONTWAIT);
+    free(buf);
+    if (rc < 0) {
+        fm_error_set("send%s%s: %s", identity ? " to " : "", identity ? identity : "", zmq_strerror(zmq_errno()));
+        return FM_ERR_IO;
+    }
+    return FM_OK;
+}
+
+fm_status fm_wire_send_error(void *socket, const char *identity, fm_wire_code code, const char *text)
+{
+    Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
+    Fedmoe__Error err = FEDMOE__ERROR__INIT;
+    err.code = code;
+    err.text = (char *)text;
+    env.body_case = FEDMOE__ENVELOPE__BODY_ERROR;
+    env.error = &err;
+    return fm_wire_send(socket, identity, &env);
+}

@@ -1,0 +1,142 @@
+/* Aggregation: the average equals a weighted average computed here; the same
+ * updates in any order give bit-identical results; bad updates change nothing.
+ * K-nearest: the right prompts on a constructed pool, never the client's own. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fedmoe/aggregate.h"
+#include "fedmoe/rng.h"
+
+#define N 5000
+#define CLIENTS 7
+
+static void test_weighted_mean_and_order(void **state)
+{
+    (void)state;
+    fm_rng_t r;
+    fm_rng_init(&r, 1, 1);
+    float *x[CLIENTS];
+    uint64_t w[CLIENTS];
+    for (int c = 0; c < CLIENTS; c++) {
+        x[c] = malloc(sizeof(float) * N);
+        for (int i = 0; i < N; i++)
+            x[c][i] = (float)(fm_rng_normal(&r) * pow(10.0, (double)fm_rng_below(&r, 7) - 4.0));
+        w[c] = 1 + fm_rng_below(&r, 60000);
+    }
+    fm_aggregator_t *a = NULL;
+    assert_int_equal(fm_aggregator_new(&a, N), FM_OK);
+    float *m1 = malloc(sizeof(float) * N), *m2 = malloc(sizeof(float) * N);
+    for (int c = 0; c < CLIENTS; c++)
+        assert_int_equal(fm_aggregator_add(a, x[c], w[c]), FM_OK);
+    assert_int_equal(fm_aggregator_mean(a, m1), FM_OK);
+    assert_int_equal(fm_aggregator_count(a), CLIENTS);
+    /* against a weighted average computed here in long double */
+    for (int i = 0; i < N; i++) {
+        long double s = 0, sw = 0;
+        for (int c = 0; c < CLIENTS; c++) {
+            s += (long double)x[c][i] * w[c];
+            sw += w[c];
+        }
+        double ref = (double)(s / sw);
+        assert_true(fabs(m1[i] - ref) <= 1e-6 * fabs(ref) + 1e-9);
+    }
+    /* many other orders: bit-identical */
+    int order[CLIENTS];
+    for (int trial = 0; trial < 20; trial++) {
+        uint32_t perm[CLIENTS];
+        for (int c = 0; c < CLIENTS; c++)
+            perm[c] = (uint32_t)c;
+        fm_rng_shuffle(&r, perm, CLIENTS);
+        for (int c = 0; c < CLIENTS; c++)
+            order[c] = (int)perm[c];
+        fm_aggregator_reset(a);
+        for (int c = 0; c < CLIENTS; c++)
+            assert_int_equal(fm_aggregator_add(a, x[order[c]], w[order[c]]), FM_OK);
+        assert_int_equal(fm_aggregator_mean(a, m2), FM_OK);
+        assert_memory_equal(m1, m2, sizeof(float) * N);
+    }
+    /* a naive float sum is not order-independent on the same data (the property is not free) */
+    int differs = 0;
+    for (int i = 0; i < N && !differs; i++) {
+        float f1 = 0, f2 = 0;
+        for (int c = 0; c < CLIENTS; c++)
+            f1 += x[c][i] * (float)w[c];
+        for (int c = CLIENTS - 1; c >= 0; c--)
+            f2 += x[c][i] * (float)w[c];
+        differs = f1 != f2;
+    }
+    assert_true(differs);
+    for (int c = 0; c < CLIENTS; c++)
+        free(x[c]);
+    free(m1);
+    free(m2);
+    fm_aggregator_destroy(&a);
+    assert_null(a);
+}
+
+static void test_bad_updates_change_nothing(void **state)
+{
+    (void)state;
+    fm_aggregator_t *a = NULL;
+    assert_int_equal(fm_aggregator_new(&a, 3), FM_OK);
+    float m[3];
+    assert_int_equal(fm_aggregator_mean(a, m), FM_ERR_STATE);
+    float good[3] = {1, 2, 3}, nan_[3] = {1, NAN, 3}, inf_[3] = {INFINITY, 0, 0}, huge[3] = {0, 3e9f, 0};
+    assert_int_equal(fm_aggregator_add(a, good, 2), FM_OK);
+    assert_int_equal(fm_aggregator_add(a, nan_, 2), FM_ERR_ARG);
+    assert_int_equal(fm_aggregator_add(a, inf_, 2), FM_ERR_ARG);
+    assert_int_equal(fm_aggregator_add(a, huge, 2), FM_ERR_ARG);
+    assert_int_equal(fm_aggregator_add(a, good, 0), FM_ERR_ARG);
+    assert_int_equal(fm_aggregator_add(a, good, FM_AGG_MAX_WEIGHT + 1), FM_ERR_ARG);
+    assert_int_equal(fm_aggregator_count(a), 1);
+    assert_int_equal(fm_aggregator_total_weight(a), 2);
+    assert_int_equal(fm_aggregator_mean(a, m), FM_OK);
+    assert_float_equal(m[1], 2.0f, 0);
+    fm_aggregator_destroy(&a);
+}
+
+static void test_knn(void **state)
+{
+    (void)state;
+    /* points on a line at 0, 1, 3, 4.5, 10; entry 2 missing */
+    float p[5][2] = {{0, 0}, {1, 0}, {3, 0}, {4.5f, 0}, {10, 0}};
+    const float *entries[5] = {p[0], p[1], NULL, p[3], p[4]};
+    int out[4];
+    assert_int_equal(fm_knn(entries, 5, 2, 1, 2, out), 2);
+    assert_int_equal(out[0], 0);
+    assert_int_equal(out[1], 3);
+    assert_int_equal(fm_knn(entries, 5, 2, 4, 4, out), 3); /* only 3 others exist */
+    assert_int_equal(out[0], 3);
+    assert_int_equal(out[1], 1);
+    assert_int_equal(out[2], 0);
+    for (int self = 0; self < 5; self++) {
+        int k = fm_knn(entries, 5, 2, self, 4, out);
+        for (int i = 0; i < k; i++) {
+            assert_int_not_equal(out[i], self);
+            assert_int_not_equal(out[i], 2);
+        }
+    }
+    assert_int_equal(fm_knn(entries, 5, 2, 2, 2, out), 0); /* no own entry: no neighbours */
+    /* ties go to the lower index */
+    float q[4][1] = {{5}, {4}, {6}, {4}};
+    const float *e2[4] = {q[0], q[1], q[2], q[3]};
+    assert_int_equal(fm_knn(e2, 4, 1, 0, 3, out), 3);
+    assert_int_equal(out[0], 1);
+    assert_int_equal(out[1], 2);
+    assert_int_equal(out[2], 3);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_weighted_mean_and_order),
+        cmocka_unit_test(test_bad_updates_change_nothing),
+        cmocka_unit_test(test_knn),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,205 @@
+/* The protocol codec: round trips, and every kind of bad input rejected with the
+ * right code: too large, random bytes, truncated, wrong version, no body, tensors
+ * with a wrong name, shape, length, digest, or non-finite values. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "fedmoe/rng.h"
+#include "fedmoe/wire.h"
+
+static void make_update(Fedmoe__Envelope *env, Fedmoe__Update *up, Fedmoe__Tensor *t, Fedmoe__Tensor **list,
+                        const float *x, uint32_t rows, uint32_t cols)
+{
+    fedmoe__envelope__init(env);
+    fedmoe__update__init(up);
+    assert_int_equal(fm_wire_tensor_set(t, "model", x, rows, cols), FM_OK);
+    list[0] = t;
+    up->round = 3;
+    up->n_model = 1;
+    up->model = list;
+    up->train_samples = 1234;
+    env->body_case = FEDMOE__ENVELOPE__BODY_UPDATE;
+    env->update = up;
+}
+
+static void test_round_trip(void **state)
+{
+    (void)state;
+    float x[6] = {1, -2, 3.5f, 0, 1e-30f, -7};
+    Fedmoe__Envelope env;
+    Fedmoe__Update up;
+    Fedmoe__Tensor t, *list[1];
+    make_update(&env, &up, &t, list, x, 2, 3);
+    uint8_t *buf;
+    size_t len;
+    assert_int_equal(fm_wire_encode(&env, &buf, &len), FM_OK);
+    Fedmoe__Envelope *got;
+    assert_int_equal(fm_wire_decode(buf, len, 1 << 20, &got), FM_OK);
+    assert_int_equal(got->body_case, FEDMOE__ENVELOPE__BODY_UPDATE);
+    assert_int_equal(got->update->round, 3);
+    assert_int_equal(got->update->train_samples, 1234);
+    float y[6];
+    assert_int_equal(fm_wire_tensor_get(got->update->model[0], "model", 2, 3, y), FM_OK);
+    assert_memory_equal(x, y, sizeof x);
+    /* the bytes are little-endian float32: 1.0f is 00 00 80 3f */
+    assert_int_equal(got->update->model[0]->data.data[3], 0x3f);
+    assert_int_equal(got->update->model[0]->data.data[2], 0x80);
+    /* wrong expectations are rejected */
+    assert_int_equal(fm_wire_tensor_get(got->update->model[0], "prompt", 2, 3, y), FM_ERR_FORMAT);
+    assert_int_equal(fm_wire_last_code(), FM_WIRE_BAD_TENSOR);
+    assert_int_equal(fm_wire_tensor_get(got->update->model[0], "model", 3, 2, y), FM_ERR_FORMAT);
+    assert_int_equal(fm_wire_last_code(), FM_WIRE_BAD_TENSOR);
+    assert_int_equal(fm_wire_tensor_get(NULL, "model", 2, 3, y), FM_ERR_FORMAT);
+    /* a flipped data byte breaks the digest */
+    got->update->model[0]->data.data[5] ^= 1;
+    assert_int_equal(fm_wire_tensor_get(got->update->model[0], "model", 2, 3, y), FM_ERR_FORMAT);
+    assert_int_equal(fm_wire_last_code(), FM_WIRE_BAD_TENSOR);
+    /* short data */
+    got->update->model[0]->data.data[5] ^= 1;
+    got->update->model[0]->data.len -= 4;
+    assert_int_equal(fm_wire_tensor_get(got->update->model[0], "model", 2, 3, y), FM_ERR_FORMAT);
+    fedmoe__envelope__free_unpacked(got, NULL);
+    /* too large, before any decoding */
+    assert_int_equal(fm_wire_decode(buf, len, len - 1, &got), FM_ERR_FORMAT);
+    assert_int_equal(fm_wire_last_code(), FM_WIRE_TOO_LARGE);
+    assert_null(got);
+    /* truncated at every length: never accepted as the same update, never a crash */
+    for (size_t cut = 0; cut < len; cut++) {
+        if (fm_wire_decode(buf, cut, 1 << 20, &got) == FM_OK) {
+            /* a cut at a field boundary can decode; its tensor must then fail or be absent */
+            bool complete = got->body_case == FEDMOE__ENVELOPE__BODY_UPDATE && got->update->n_model == 1 &&
+                            fm_wire_tensor_get(got->update->model[0], "model", 2, 3, y) == FM_OK &&
+                            got->update->train_samples == 1234;
+            assert_false(complete);
+            fedmoe__envelope__free_unpacked(got, NULL);
+        }
+    }
+    free(buf);
+    fm_wire_tensor_clear(&t);
+}
+
+static void test_nan_and_version(void **state)
+{
+    (void)state;
+    float x[4] = {1, NAN, 2, 3};
+    Fedmoe__Envelope env;
+    Fedmoe__Update up;
+    Fedmoe__Tensor t, *list[1];
+    make_update(&env, &up, &t, list, x, 1, 4);
+    float y[4];
+    assert_int_equal(fm_wire_tensor_get(&t, "model", 1, 4, y), FM_ERR_FORMAT);
+    assert_int_equal(fm_wire_last_code(), FM_WIRE_BAD_VALUE);
+    x[1] = INFINITY;
+    fm_wire_tensor_clear(&t);
+    make_update(&env, &up, &t, list, x, 1, 4);
+    assert_int_equal(fm_wire_tensor_get(&t, "model", 1, 4, y), FM_ERR_FORMAT);
+    /* wrong protocol version */
+    uint8_t *buf;
+    size_t len;
+    assert_int_equal(fm_wire_encode(&env, &buf, &len), FM_OK);
+    free(buf);
+    env.protocol_version = 99;
+    len = fedmoe__envelope__get_packed_size(&env);
+    buf = malloc(len);
+    fedmoe__envelope__pack(&env, buf);
+    Fedmoe__Envelope *got;
+    assert_int_equal(fm_wire_decode(buf, len, 1 << 20, &got), FM_ERR_FORMAT);
+    assert_int_equal(fm_wire_last_code(), FM_WIRE_VERSION);
+    free(buf);
+    /* no body */
+    Fedmoe__Envelope empty = FEDMOE__ENVELOPE__INIT;
+    assert_int_equal(fm_wire_encode(&empty, &buf, &len), FM_OK);
+    assert_int_equal(fm_wire_decode(buf, len, 1 << 20, &got), FM_ERR_FORMAT);
+    assert_int_equal(fm_wire_last_code(), FM_WIRE_MALFORMED);
+    free(buf);
+    fm_wire_tensor_clear(&t);
+}
+
+static void test_random_bytes(void **state)
+{
+    (void)state;
+    fm_rng_t r;
+    fm_rng_init(&r, 9, 9);
+    uint8_t buf[512];
+    int accepted = 0;
+    for (int trial = 0; trial < 20000; trial++) {
+        size_t len = fm_rng_below(&r, sizeof buf);
+        for (size_t i = 0; i < len; i++)
+            buf[i] = (uint8_t)fm_rng_u32(&r);
+        Fedmoe__Envelope *got;
+        if (fm_wire_decode(buf, len, sizeof buf, &got) == FM_OK) {
+            accepted++;
+            fedmoe__envelope__free_unpacked(got, NULL);
+        }
+    }
+    assert_true(accepted < 20);
+}
+
+static void test_zmq_router_dealer(void **state)
+{
+    (void)state;
+    void *ctx = zmq_ctx_new();
+    void *router = zmq_socket(ctx, ZMQ_ROUTER), *dealer = zmq_socket(ctx, ZMQ_DEALER);
+    assert_int_equal(zmq_bind(router, "tcp://127.0.0.1:*"), 0);
+    char ep[256];
+    size_t eplen = sizeof ep;
+    zmq_getsockopt(router, ZMQ_LAST_ENDPOINT, ep, &eplen);
+    zmq_setsockopt(dealer, ZMQ_ROUTING_ID, "client-7", 8);
+    assert_int_equal(zmq_connect(dealer, ep), 0);
+    Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
+    Fedmoe__Heartbeat hb = FEDMOE__HEARTBEAT__INIT;
+    hb.unix_ms = 42;
+    env.body_case = FEDMOE__ENVELOPE__BODY_HEARTBEAT;
+    env.heartbeat = &hb;
+    int timeout = 5000;
+    zmq_setsockopt(router, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
+    zmq_setsockopt(dealer, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
+    /* DEALER -> ROUTER, then an Error back to the identity */
+    uint8_t *buf;
+    size_t len;
+    fm_wire_encode(&env, &buf, &len);
+    assert_int_equal(zmq_send(dealer, buf, len, 0), (int)len);
+    free(buf);
+    char id[64], msg[256];
+    int idn = zmq_recv(router, id, sizeof id, 0);
+    assert_int_equal(idn, 8);
+    id[idn] = 0;
+    assert_string_equal(id, "client-7");
+    int n = zmq_recv(router, msg, sizeof msg, 0);
+    Fedmoe__Envelope *got;
+    assert_int_equal(fm_wire_decode((uint8_t *)msg, (size_t)n, 1024, &got), FM_OK);
+    assert_int_equal(got->heartbeat->unix_ms, 42);
+    fedmoe__envelope__free_unpacked(got, NULL);
+    assert_int_equal(fm_wire_send_error(router, id, FM_WIRE_WRONG_ROUND, "round 3 is closed"), FM_OK);
+    n = zmq_recv(dealer, msg, sizeof msg, 0);
+    assert_true(n > 0);
+    assert_int_equal(fm_wire_decode((uint8_t *)msg, (size_t)n, 1024, &got), FM_OK);
+    assert_int_equal(got->body_case, FEDMOE__ENVELOPE__BODY_ERROR);
+    assert_int_equal(got->error->code, FM_WIRE_WRONG_ROUND);
+    assert_string_equal(got->error->text, "round 3 is closed");
+    fedmoe__envelope__free_unpacked(got, NULL);
+    int linger = 0;
+    zmq_setsockopt(router, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(dealer, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_close(router);
+    zmq_close(dealer);
+    zmq_ctx_term(ctx);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_nan_and_version),
+        cmocka_unit_test(test_random_bytes),
+        cmocka_unit_test(test_zmq_router_dealer),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
