@@ -1,7 +1,8 @@
-/* fedmoe-client: one client. Today: --standalone trains one partition (or all the
- * data centrally) with the bi-level step and prints per-epoch loss and accuracy;
- * the engine of the `local` baseline and a debugging tool. */
+/* fedmoe-client: one client. By default it joins a coordinator (--connect) and
+ * trains every round it is given; --standalone trains one partition (or all the
+ * data centrally) on its own and prints per-epoch loss and accuracy. */
 #include <getopt.h>
+#include <signal.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,24 +15,43 @@
 #include "fedmoe/model.h"
 #include "fedmoe/rng.h"
 #include "fedmoe/train.h"
+#include "session.h"
+
+static volatile sig_atomic_t g_stop = 0;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    g_stop = 1;
+}
 
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: fedmoe-client --standalone [options]\n"
+            "usage: fedmoe-client [--connect ENDPOINT] [--id ID] [options]\n"
+            "       fedmoe-client --standalone [options]\n"
             "\n"
-            "Trains the personalized mixture-of-experts model on one client's data, or on all\n"
-            "the data centrally, and prints loss and test accuracy after every epoch.\n"
-            "(Joining a coordinator with --connect comes with the federated runtime.)\n"
+            "Joins a fedmoe coordinator and trains every round it is given, until the coordinator\n"
+            "says shut down. The coordinator sends the model, training settings and (unless\n"
+            "--partition is given) the partition of the data to train.\n"
+            "With --standalone, trains on one client's data, or on all the data centrally, with\n"
+            "no coordinator, and prints loss and accuracy after every epoch.\n"
             "\n"
+            "federated:\n"
+            "  --connect ENDPOINT    coordinator (default tcp://127.0.0.1:5555)\n"
+            "  --id ID               client id, [A-Za-z0-9._-]{1,63} (default HOST-PID)\n"
+            "  --state-dir DIR       keep local state there, to continue after a restart\n"
+            "  --connect-timeout S   give up if no welcome within S seconds (default: wait)\n"
             "data:\n"
             "  --dataset SPEC        fmnist (default), fmnist:DIR, idx:IMAGES,LABELS or csv:PATH\n"
-            "  --partition I/N       train client I of N (default: all data, centralized)\n"
+            "                        (federated: overrides where the run's data is read from)\n"
+            "  --partition I/N       train partition I of N (standalone default: all data;\n"
+            "                        federated default: the coordinator assigns one)\n"
             "  --dirichlet ALPHA     Dirichlet label skew for --partition (default 0.3)\n"
             "  --pathological S      S classes per client instead\n"
             "  --iid                 uniform random partition instead\n"
             "  --min-samples N       Dirichlet: at least N examples per client (default 40)\n"
-            "model:\n"
+            "model (standalone; a coordinator sends its own):\n"
             "  --stem mlp|cnn        the stem (default mlp)\n"
             "  --specialists S       specialist experts per block (default 2)\n"
             "  --generalists G       generalist experts per block (default 1)\n"
@@ -39,7 +59,7 @@ static void usage(FILE *f)
             "  --tau T               logit scale (default 10)\n"
             "  --no-gating           no attention gating (plain local logits)\n"
             "  --gating-on-validation  train the gating in the upper (validation) level\n"
-            "training:\n"
+            "training (standalone):\n"
             "  --epochs N            passes over the train split (default 10)\n"
             "  --batch B             batch size (default 32)\n"
             "  --lr LR               expert learning rate (default 1e-3)\n"
@@ -64,7 +84,7 @@ int main(int argc, char **argv)
     enum {
         O_STANDALONE = 256, O_DATASET, O_PARTITION, O_DIRICHLET, O_PATHO, O_IID, O_MINS, O_STEM, O_SPEC,
         O_GEN, O_BLOCKS, O_TAU, O_NOGATE, O_GATEVAL, O_EPOCHS, O_BATCH, O_LR, O_RLR, O_TE, O_TR, O_SEED,
-        O_THREADS, O_SCHED
+        O_THREADS, O_SCHED, O_CONNECT, O_ID, O_STATE, O_CTIMEOUT
     };
     static const struct option opts[] = {
         {"standalone", no_argument, 0, O_STANDALONE}, {"dataset", required_argument, 0, O_DATASET},
@@ -78,7 +98,9 @@ int main(int argc, char **argv)
         {"lr", required_argument, 0, O_LR}, {"router-lr", required_argument, 0, O_RLR},
         {"expert-steps", required_argument, 0, O_TE}, {"router-steps", required_argument, 0, O_TR},
         {"seed", required_argument, 0, O_SEED}, {"threads", required_argument, 0, O_THREADS},
-        {"schedule", required_argument, 0, O_SCHED},
+        {"schedule", required_argument, 0, O_SCHED}, {"connect", required_argument, 0, O_CONNECT},
+        {"id", required_argument, 0, O_ID}, {"state-dir", required_argument, 0, O_STATE},
+        {"connect-timeout", required_argument, 0, O_CTIMEOUT},
         {"verbose", no_argument, 0, 'v'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     fm_model_config_t mc;
     fm_train_config_t tc;
@@ -86,7 +108,9 @@ int main(int argc, char **argv)
     fm_model_config_default(&mc);
     fm_train_config_default(&tc);
     fm_data_spec_default(&ds);
-    bool standalone = false, cosine = true;
+    bool standalone = false, cosine = true, dataset_given = false;
+    fm_session_config_t sc;
+    fm_session_config_default(&sc);
     int epochs = 10, threads = 1, iv;
     double dv;
     unsigned long long seed = 1;
@@ -96,7 +120,21 @@ int main(int argc, char **argv)
         fm_status st = FM_OK;
         switch (c) {
         case O_STANDALONE: standalone = true; break;
-        case O_DATASET: ds.dataset = optarg; break;
+        case O_DATASET:
+            ds.dataset = optarg;
+            dataset_given = true;
+            break;
+        case O_CONNECT: snprintf(sc.connect, sizeof sc.connect, "%s", optarg); break;
+        case O_ID:
+            if (strlen(optarg) == 0 || strlen(optarg) > 63 || strspn(optarg, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != strlen(optarg)) {
+                fm_error_set("--id: '%s' must be 1 to 63 of [A-Za-z0-9._-]", optarg);
+                st = FM_ERR_ARG;
+            } else {
+                snprintf(sc.id, sizeof sc.id, "%s", optarg);
+            }
+            break;
+        case O_STATE: snprintf(sc.state_dir, sizeof sc.state_dir, "%s", optarg); break;
+        case O_CTIMEOUT: st = fm_arg_double("--connect-timeout", optarg, 0.0, 1e7, &sc.connect_timeout); break;
         case O_PARTITION: st = fm_arg_fraction("--partition", optarg, 100000, &ds.index, &ds.count); break;
         case O_DIRICHLET:
             st = fm_arg_double("--dirichlet", optarg, 1e-4, 1e4, &ds.part.alpha);
@@ -165,12 +203,26 @@ int main(int argc, char **argv)
         fm_error_set("unexpected argument '%s' (see --help)", argv[optind]);
         return fail();
     }
+    fm_kernels_set_threads(threads);
     if (!standalone) {
-        fm_error_set("only --standalone is available in this version (see --help)");
-        return fail();
+        sc.specialists = mc.specialists;
+        if (ds.count) {
+            sc.partition_index = ds.index;
+            sc.partition_count = ds.count;
+        }
+        if (dataset_given)
+            snprintf(sc.dataset, sizeof sc.dataset, "%s", ds.dataset);
+        struct sigaction sa = {0};
+        sa.sa_handler = on_signal;
+        sigaction(SIGTERM, &sa, NULL);
+        sigaction(SIGINT, &sa, NULL);
+        if (fm_session_run(&sc, &g_stop) != FM_OK) {
+            fm_errorf("%s", fm_error_last());
+            return fail();
+        }
+        return 0;
     }
     ds.seed = seed;
-    fm_kernels_set_threads(threads);
 
     fm_client_data_t data;
     if (fm_client_data_load(&data, &ds) != FM_OK)

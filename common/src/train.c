@@ -75,6 +75,12 @@ void fm_trainer_destroy(fm_trainer_t **tp)
 
 void fm_trainer_set_lr_scale(fm_trainer_t *t, float scale) { t->lr_scale = scale; }
 
+void fm_trainer_set_steps(fm_trainer_t *t, long lower, long upper)
+{
+    t->steps[0] = lower;
+    t->steps[1] = upper;
+}
+
 long fm_trainer_steps(const fm_trainer_t *t, fm_level level) { return t->steps[level == FM_LEVEL_UPPER]; }
 
 static void adamw_level(fm_trainer_t *t, fm_level level)

@@ -51,6 +51,8 @@ fm_status fm_trainer_run(fm_trainer_t *t, const fm_dataset_t *train, const fm_da
 float fm_trainer_step(fm_trainer_t *t, fm_level level, const float *x, const uint8_t *y, int B);
 /* Multiplies both levels' learning rates by scale from now on (schedules). */
 void fm_trainer_set_lr_scale(fm_trainer_t *t, float scale);
+/* Sets the AdamW step counts (restoring a saved state). */
+void fm_trainer_set_steps(fm_trainer_t *t, long lower, long upper);
 /* AdamW step counts of the two levels. */
 long fm_trainer_steps(const fm_trainer_t *t, fm_level level);
 

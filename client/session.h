@@ -1,0 +1,29 @@
+/* session.h - a client's federated session: connect to the coordinator, say
+ * Hello, train every Task with the learning core, upload, until Shutdown.
+ *
+ * Local parameters (specialists, routers, gating) and optimizer states stay in
+ * memory across rounds and, with a state directory, in a state file written
+ * after every round so a restarted client continues where it was. */
+#ifndef FEDMOE_SESSION_H
+#define FEDMOE_SESSION_H
+
+#include <signal.h>
+
+#include "fedmoe/status.h"
+
+typedef struct {
+    char connect[256];     /* coordinator endpoint (tcp://127.0.0.1:5555) */
+    char id[64];           /* client id = ZeroMQ routing id */
+    int specialists;       /* S_i (2) */
+    int partition_index;   /* own partition, or -1 to be assigned one */
+    int partition_count;   /* with an own partition: N of I/N, checked against the run */
+    char dataset[256];     /* overrides the run's dataset spec when not empty */
+    char state_dir[1024];  /* where the state file lives; empty: no state file */
+    double connect_timeout;/* seconds to wait for a Welcome before giving up (0: forever) */
+} fm_session_config_t;
+
+void fm_session_config_default(fm_session_config_t *c);
+/* Runs until Shutdown or *stop (FM_OK), or a fatal error (rejected, bad data). */
+fm_status fm_session_run(const fm_session_config_t *cfg, volatile sig_atomic_t *stop);
+
+#endif

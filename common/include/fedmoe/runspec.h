@@ -1,0 +1,75 @@
+/* runspec.h - what a federated run is: strategy, model, training and data specs,
+ * which parameters the strategy federates, and their wire / JSON forms.
+ *
+ * Strategies (DESIGN section 4), all on the same model:
+ *   local     nothing shared; no gating
+ *   fedavg    one global model: every expert, router and prompt averaged; no gating
+ *   comigs    shared group (stem, norms, generalists) + prompt averaged; no gating
+ *   pfedmoap  everything but the gating averaged; prompt pool, K nearest, gating
+ *   full      comigs + pfedmoap: shared group + prompt, pool, K nearest, gating */
+#ifndef FEDMOE_RUNSPEC_H
+#define FEDMOE_RUNSPEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fedmoe.pb-c.h"
+#include "fedmoe/clientdata.h"
+#include "fedmoe/model.h"
+#include "fedmoe/params.h"
+#include "fedmoe/status.h"
+#include "fedmoe/train.h"
+
+typedef enum {
+    FM_STRATEGY_LOCAL = 0,
+    FM_STRATEGY_FEDAVG,
+    FM_STRATEGY_COMIGS,
+    FM_STRATEGY_PFEDMOAP,
+    FM_STRATEGY_FULL,
+} fm_strategy;
+
+const char *fm_strategy_name(fm_strategy s);
+fm_status fm_strategy_parse(const char *name, fm_strategy *out);
+/* Clients upload prompts and receive the global prompt. */
+bool fm_strategy_shares_prompt(fm_strategy s);
+/* The coordinator keeps a prompt pool and sends the K nearest; clients gate. */
+bool fm_strategy_uses_pool(fm_strategy s);
+/* Specialists and routers are averaged, so every client needs the same count. */
+bool fm_strategy_averages_local(fm_strategy s);
+/* Whether parameter p is part of the federated vector under s. */
+bool fm_strategy_federates(fm_strategy s, const fm_param_t *p);
+
+typedef struct {
+    fm_strategy strategy;
+    uint64_t seed;
+    fm_model_config_t model;
+    fm_train_config_t train;
+    int local_epochs;          /* passes over the train split per round (1) */
+    char dataset[256];         /* "fmnist", ... */
+    fm_partition_config_t part;
+    int partition_count;       /* clients the data is split over */
+} fm_run_spec_t;
+
+/* Defaults: strategy full, seed 1, the default model / training, fmnist with
+ * Dirichlet 0.3 over 10 clients, one local epoch. */
+void fm_run_spec_default(fm_run_spec_t *s);
+/* Sets the model's gating from the strategy and checks everything; FM_ERR_ARG with
+ * a reason. */
+fm_status fm_run_spec_finish(fm_run_spec_t *s);
+
+/* Fills the three spec messages (strings point into s). */
+void fm_run_spec_to_pb(const fm_run_spec_t *s, Fedmoe__ModelSpec *m, Fedmoe__TrainSpec *t, Fedmoe__DataSpec *d);
+/* Reads a Welcome's specs (from the network: validated); specialists is the
+ * client's own count. */
+fm_status fm_run_spec_from_welcome(fm_run_spec_t *s, const Fedmoe__Welcome *w, int specialists);
+/* The spec as one JSON object (for the runs table); returns bytes written. */
+size_t fm_run_spec_json(const fm_run_spec_t *s, char *buf, size_t cap);
+
+/* Size of the federated vector of m under s, and packing it to / from a flat array
+ * (parameters in registry order). */
+size_t fm_federated_size(fm_model_t *m, fm_strategy s);
+void fm_federated_pack(fm_model_t *m, fm_strategy s, float *out);
+void fm_federated_unpack(fm_model_t *m, fm_strategy s, const float *in);
+
+#endif

@@ -1,0 +1,93 @@
+/* store.h - the round log: one SQLite file in WAL mode (DESIGN section 7).
+ *
+ * The coordinator is the only writer; it commits each round (the round row, its
+ * client rows and a checkpoint of the global state) in one transaction, so a
+ * crash leaves the database at the last committed round. fedmoe-history and
+ * fedmoe-sim read the same file while the daemon writes. Only the newest
+ * checkpoint of a run is kept; every round row records its checkpoint's SHA-256. */
+#ifndef FEDMOE_STORE_H
+#define FEDMOE_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fedmoe/status.h"
+
+typedef struct fm_store fm_store_t;
+
+/* Opens (creating the schema when writable). Caller closes. */
+fm_status fm_store_open(fm_store_t **out, const char *path, bool readonly);
+void fm_store_close(fm_store_t **s);
+
+typedef struct {
+    char id[64];
+    char started_at[32], finished_at[32];
+    char strategy[16];
+    char status[16];        /* running, finished, stopped */
+    uint64_t seed;
+    int rounds_planned;
+    int rounds_done;        /* committed rounds */
+    char *config;           /* JSON, malloc'd (free with fm_store_run_clear) */
+} fm_run_row_t;
+void fm_store_run_clear(fm_run_row_t *r);
+
+typedef struct {
+    int round;
+    char started_at[32], finished_at[32];
+    int selected, completed, dropped;
+    double train_loss, test_loss, test_accuracy;
+    int64_t bytes_up, bytes_down;
+    double seconds;
+    char checkpoint_sha256[65];
+} fm_round_row_t;
+
+typedef struct {
+    int round;
+    char client_id[64];
+    char status[16];        /* completed, dropped, rejected */
+    double train_loss, val_loss, test_loss, test_accuracy, generalist_share;
+    int64_t train_samples, test_samples, test_correct;
+    double seconds;
+    int64_t bytes_up, bytes_down;
+} fm_client_round_row_t;
+
+typedef struct {
+    char id[64];
+    char first_seen[32], last_seen[32];
+    int specialists, partition_index;
+    int64_t train_samples, val_samples, test_samples;
+} fm_client_row_t;
+
+/* Writer side */
+fm_status fm_store_create_run(fm_store_t *s, const char *run_id, const char *config_json, uint64_t seed,
+                              const char *strategy, int rounds_planned);
+fm_status fm_store_set_run_status(fm_store_t *s, const char *run_id, const char *status);
+fm_status fm_store_upsert_client(fm_store_t *s, const char *run_id, const fm_client_row_t *c);
+/* One transaction: the round row, its client rows, and the checkpoint (replacing
+ * the run's older checkpoints). Fails without writing anything if the round is
+ * already logged. */
+fm_status fm_store_commit_round(fm_store_t *s, const char *run_id, const fm_round_row_t *r,
+                                const fm_client_round_row_t *rows, int n, const uint8_t *ckpt, size_t ckpt_len);
+
+/* Reader side */
+/* The most recent run; *found false when there is none. */
+fm_status fm_store_latest_run(fm_store_t *s, fm_run_row_t *out, bool *found);
+fm_status fm_store_get_run(fm_store_t *s, const char *run_id, fm_run_row_t *out, bool *found);
+/* All runs, oldest first; *rows malloc'd (clear each, then free). */
+fm_status fm_store_list_runs(fm_store_t *s, fm_run_row_t **rows, int *n);
+fm_status fm_store_list_rounds(fm_store_t *s, const char *run_id, fm_round_row_t **rows, int *n);
+/* Client rows of one round, or of every round with round < 0. */
+fm_status fm_store_list_client_rounds(fm_store_t *s, const char *run_id, int round, fm_client_round_row_t **rows,
+                                      int *n);
+fm_status fm_store_list_clients(fm_store_t *s, const char *run_id, fm_client_row_t **rows, int *n);
+/* The newest checkpoint of a run: its round and blob (malloc'd). */
+fm_status fm_store_latest_checkpoint(fm_store_t *s, const char *run_id, int *round, uint8_t **blob, size_t *len,
+                                     bool *found);
+
+/* Current UTC time as ISO 8601 with milliseconds. */
+void fm_store_now(char out[32]);
+/* Lowercase hex SHA-256 of data. */
+void fm_sha256_hex(const uint8_t *data, size_t len, char out[65]);
+
+#endif

@@ -1,0 +1,480 @@
+#include "fedmoe/store.h"
+
+#include <openssl/evp.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fedmoe/log.h"
+
+struct fm_store {
+    sqlite3 *db;
+    char path[1024];
+};
+
+static const char *SCHEMA =
+    "CREATE TABLE IF NOT EXISTS runs ("
+    " id TEXT PRIMARY KEY, started_at TEXT NOT NULL, finished_at TEXT, config TEXT NOT NULL,"
+    " seed INTEGER NOT NULL, strategy TEXT NOT NULL, status TEXT NOT NULL, rounds_planned INTEGER NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS clients ("
+    " run_id TEXT NOT NULL, id TEXT NOT NULL, first_seen TEXT NOT NULL, last_seen TEXT NOT NULL,"
+    " specialists INTEGER, partition_index INTEGER, train_samples INTEGER, val_samples INTEGER,"
+    " test_samples INTEGER, PRIMARY KEY (run_id, id));"
+    "CREATE TABLE IF NOT EXISTS rounds ("
+    " run_id TEXT NOT NULL, round INTEGER NOT NULL, started_at TEXT, finished_at TEXT,"
+    " selected INTEGER, completed INTEGER, dropped INTEGER, train_loss REAL, test_loss REAL,"
+    " test_accuracy REAL, bytes_up INTEGER, bytes_down INTEGER, seconds REAL, checkpoint_sha256 TEXT,"
+    " PRIMARY KEY (run_id, round));"
+    "CREATE TABLE IF NOT EXISTS client_rounds ("
+    " run_id TEXT NOT NULL, round INTEGER NOT NULL, client_id TEXT NOT NULL, status TEXT NOT NULL,"
+    " train_loss REAL, val_loss REAL, test_loss REAL, test_accuracy REAL, generalist_share REAL,"
+    " train_samples INTEGER, test_samples INTEGER, test_correct INTEGER, seconds REAL,"
+    " bytes_up INTEGER, bytes_down INTEGER, PRIMARY KEY (run_id, round, client_id));"
+    "CREATE TABLE IF NOT EXISTS checkpoints ("
+    " run_id TEXT NOT NULL, round INTEGER NOT NULL, state BLOB NOT NULL, sha256 TEXT NOT NULL,"
+    " PRIMARY KEY (run_id, round));";
+
+static fm_status db_error(fm_store_t *s, const char *what)
+{
+    fm_error_set("%s: %s: %s", s->path, what, sqlite3_errmsg(s->db));
+    return FM_ERR_IO;
+}
+
+void fm_store_now(char out[32])
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    char base[24];
+    strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out, 32, "%.20s.%03dZ", base, (int)(ts.tv_nsec / 1000000) % 1000);
+}
+
+void fm_sha256_hex(const uint8_t *data, size_t len, char out[65])
+{
+    uint8_t d[32];
+    unsigned int n = 32;
+    EVP_Digest(data, len, d, &n, EVP_sha256(), NULL);
+    for (int i = 0; i < 32; i++)
+        snprintf(out + 2 * i, 3, "%02x", d[i]);
+}
+
+fm_status fm_store_open(fm_store_t **out, const char *path, bool readonly)
+{
+    *out = NULL;
+    fm_store_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return FM_ERR_NOMEM;
+    snprintf(s->path, sizeof s->path, "%s", path);
+    int flags = readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+    if (sqlite3_open_v2(path, &s->db, flags, NULL) != SQLITE_OK) {
+        fm_error_set("%s: cannot open database: %s", path, s->db ? sqlite3_errmsg(s->db) : "out of memory");
+        fm_store_close(&s);
+        return FM_ERR_IO;
+    }
+    sqlite3_busy_timeout(s->db, 5000);
+    char *err = NULL;
+    if (!readonly) {
+        if (sqlite3_exec(s->db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;", NULL, NULL, &err) != SQLITE_OK ||
+            sqlite3_exec(s->db, SCHEMA, NULL, NULL, &err) != SQLITE_OK) {
+            fm_error_set("%s: cannot set up the database: %s", path, err ? err : "?");
+            sqlite3_free(err);
+            fm_store_close(&s);
+            return FM_ERR_IO;
+        }
+    } else if (sqlite3_exec(s->db, "SELECT count(*) FROM runs", NULL, NULL, &err) != SQLITE_OK) {
+        fm_error_set("%s: not a fedmoe database: %s", path, err ? err : "?");
+        sqlite3_free(err);
+        fm_store_close(&s);
+        return FM_ERR_FORMAT;
+    }
+    *out = s;
+    return FM_OK;
+}
+
+void fm_store_close(fm_store_t **sp)
+{
+    if (!sp || !*sp)
+        return;
+    sqlite3_close((*sp)->db);
+    free(*sp);
+    *sp = NULL;
+}
+
+void fm_store_run_clear(fm_run_row_t *r)
+{
+    free(r->config);
+    r->config = NULL;
+}
+
+static fm_status prepare(fm_store_t *s, sqlite3_stmt **st, const char *sql)
+{
+    if (sqlite3_prepare_v2(s->db, sql, -1, st, NULL) != SQLITE_OK)
+        return db_error(s, "prepare");
+    return FM_OK;
+}
+
+static void copy_text(char *dst, size_t cap, sqlite3_stmt *st, int col)
+{
+    const unsigned char *t = sqlite3_column_text(st, col);
+    snprintf(dst, cap, "%s", t ? (const char *)t : "");
+}
+
+fm_status fm_store_create_run(fm_store_t *s, const char *run_id, const char *config_json, uint64_t seed,
+                              const char *strategy, int rounds_planned)
+{
+    sqlite3_stmt *st;
+    if (prepare(s, &st, "INSERT INTO runs (id, started_at, config, seed, strategy, status, rounds_planned)"
+                        " VALUES (?, ?, ?, ?, ?, 'running', ?)") != FM_OK)
+        return FM_ERR_IO;
+    char now[32];
+    fm_store_now(now);
+    sqlite3_bind_text(st, 1, run_id, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, now, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 3, config_json, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 4, (sqlite3_int64)seed);
+    sqlite3_bind_text(st, 5, strategy, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int(st, 6, rounds_planned);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? FM_OK : db_error(s, "create run");
+}
+
+fm_status fm_store_set_run_status(fm_store_t *s, const char *run_id, const char *status)
+{
+    sqlite3_stmt *st;
+    if (prepare(s, &st, "UPDATE runs SET status = ?, finished_at = CASE WHEN ? = 'running' THEN NULL ELSE ? END"
+                        " WHERE id = ?") != FM_OK)
+        return FM_ERR_IO;
+    char now[32];
+    fm_store_now(now);
+    sqlite3_bind_text(st, 1, status, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, status, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 3, now, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 4, run_id, -1, SQLITE_TRANSIENT);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? FM_OK : db_error(s, "set run status");
+}
+
+fm_status fm_store_upsert_client(fm_store_t *s, const char *run_id, const fm_client_row_t *c)
+{
+    sqlite3_stmt *st;
+    if (prepare(s, &st, "INSERT INTO clients (run_id, id, first_seen, last_seen, specialists, partition_index,"
+                        " train_samples, val_samples, test_samples) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                        " ON CONFLICT (run_id, id) DO UPDATE SET last_seen = excluded.last_seen,"
+                        " specialists = excluded.specialists, partition_index = excluded.partition_index,"
+                        " train_samples = excluded.train_samples, val_samples = excluded.val_samples,"
+                        " test_samples = excluded.test_samples") != FM_OK)
+        return FM_ERR_IO;
+    sqlite3_bind_text(st, 1, run_id, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, c->id, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 3, c->first_seen, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 4, c->last_seen, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int(st, 5, c->specialists);
+    sqlite3_bind_int(st, 6, c->partition_index);
+    sqlite3_bind_int64(st, 7, c->train_samples);
+    sqlite3_bind_int64(st, 8, c->val_samples);
+    sqlite3_bind_int64(st, 9, c->test_samples);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? FM_OK : db_error(s, "record client");
+}
+
+fm_status fm_store_commit_round(fm_store_t *s, const char *run_id, const fm_round_row_t *r,
+                                const fm_client_round_row_t *rows, int n, const uint8_t *ckpt, size_t ckpt_len)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_exec(s->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
+        return db_error(s, "begin");
+    fm_status status = FM_ERR_IO;
+    const char *what = "log round";
+    if (prepare(s, &st, "INSERT INTO rounds (run_id, round, started_at, finished_at, selected, completed, dropped,"
+                        " train_loss, test_loss, test_accuracy, bytes_up, bytes_down, seconds, checkpoint_sha256)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)") != FM_OK)
+        goto rollback;
+    sqlite3_bind_text(st, 1, run_id, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int(st, 2, r->round);
+    sqlite3_bind_text(st, 3, r->started_at, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 4, r->finished_at, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int(st, 5, r->selected);
+    sqlite3_bind_int(st, 6, r->completed);
+    sqlite3_bind_int(st, 7, r->dropped);
+    sqlite3_bind_double(st, 8, r->train_loss);
+    sqlite3_bind_double(st, 9, r->test_loss);
+    sqlite3_bind_double(st, 10, r->test_accuracy);
+    sqlite3_bind_int64(st, 11, r->bytes_up);
+    sqlite3_bind_int64(st, 12, r->bytes_down);
+    sqlite3_bind_double(st, 13, r->seconds);
+    sqlite3_bind_text(st, 14, r->checkpoint_sha256, -1, SQLITE_TRANSIENT);
+    if (sqlite3_step(st) != SQLITE_DONE)
+        goto rollback;
+    sqlite3_finalize(st);
+    st = NULL;
+    what = "log client rounds";
+    if (prepare(s, &st, "INSERT INTO client_rounds (run_id, round, client_id, status, train_loss, val_loss,"
+                        " test_loss, test_accuracy, generalist_share, train_samples, test_samples, test_correct,"
+                        " seconds, bytes_up, bytes_down) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)") != FM_OK)
+        goto rollback;
+    for (int i = 0; i < n; i++) {
+        const fm_client_round_row_t *c = &rows[i];
+        sqlite3_reset(st);
+        sqlite3_bind_text(st, 1, run_id, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int(st, 2, r->round);
+        sqlite3_bind_text(st, 3, c->client_id, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 4, c->status, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_double(st, 5, c->train_loss);
+        sqlite3_bind_double(st, 6, c->val_loss);
+        sqlite3_bind_double(st, 7, c->test_loss);
+        sqlite3_bind_double(st, 8, c->test_accuracy);
+        sqlite3_bind_double(st, 9, c->generalist_share);
+        sqlite3_bind_int64(st, 10, c->train_samples);
+        sqlite3_bind_int64(st, 11, c->test_samples);
+        sqlite3_bind_int64(st, 12, c->test_correct);
+        sqlite3_bind_double(st, 13, c->seconds);
+        sqlite3_bind_int64(st, 14, c->bytes_up);
+        sqlite3_bind_int64(st, 15, c->bytes_down);
+        if (sqlite3_step(st) != SQLITE_DONE)
+            goto rollback;
+    }
+    sqlite3_finalize(st);
+    st = NULL;
+    if (ckpt) {
+        what = "write checkpoint";
+        if (prepare(s, &st, "DELETE FROM checkpoints WHERE run_id = ?") != FM_OK)
+            goto rollback;
+        sqlite3_bind_text(st, 1, run_id, -1, SQLITE_TRANSIENT);
+        if (sqlite3_step(st) != SQLITE_DONE)
+            goto rollback;
+        sqlite3_finalize(st);
+        st = NULL;
+        if (prepare(s, &st, "INSERT INTO checkpoints (run_id, round, state, sha256) VALUES (?, ?, ?, ?)") != FM_OK)
+            goto rollback;
+        sqlite3_bind_text(st, 1, run_id, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int(st, 2, r->round);
+        sqlite3_bind_blob64(st, 3, ckpt, ckpt_len, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 4, r->checkpoint_sha256, -1, SQLITE_TRANSIENT);
+        if (sqlite3_step(st) != SQLITE_DONE)
+            goto rollback;
+        sqlite3_finalize(st);
+        st = NULL;
+    }
+    if (sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
+        what = "commit";
+        goto rollback;
+    }
+    return FM_OK;
+rollback:
+    status = db_error(s, what);
+    if (st)
+        sqlite3_finalize(st);
+    sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    return status;
+}
+
+#define RUN_COLUMNS                                                                                 \
+    "SELECT r.id, r.started_at, r.finished_at, r.strategy, r.status, r.seed, r.rounds_planned, "   \
+    "(SELECT count(*) FROM rounds WHERE run_id = r.id), r.config FROM runs r "
+
+static void read_run(sqlite3_stmt *st, fm_run_row_t *r)
+{
+    memset(r, 0, sizeof *r);
+    copy_text(r->id, sizeof r->id, st, 0);
+    copy_text(r->started_at, sizeof r->started_at, st, 1);
+    copy_text(r->finished_at, sizeof r->finished_at, st, 2);
+    copy_text(r->strategy, sizeof r->strategy, st, 3);
+    copy_text(r->status, sizeof r->status, st, 4);
+    r->seed = (uint64_t)sqlite3_column_int64(st, 5);
+    r->rounds_planned = sqlite3_column_int(st, 6);
+    r->rounds_done = sqlite3_column_int(st, 7);
+    const unsigned char *cfg = sqlite3_column_text(st, 8);
+    r->config = strdup(cfg ? (const char *)cfg : "{}");
+}
+
+static fm_status one_run(fm_store_t *s, const char *sql, const char *run_id, fm_run_row_t *out, bool *found)
+{
+    *found = false;
+    sqlite3_stmt *st;
+    if (prepare(s, &st, sql) != FM_OK)
+        return FM_ERR_IO;
+    if (run_id)
+        sqlite3_bind_text(st, 1, run_id, -1, SQLITE_TRANSIENT);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        read_run(st, out);
+        *found = true;
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? FM_OK : db_error(s, "read runs");
+}
+
+fm_status fm_store_latest_run(fm_store_t *s, fm_run_row_t *out, bool *found)
+{
+    return one_run(s, RUN_COLUMNS "ORDER BY r.started_at DESC, r.rowid DESC LIMIT 1", NULL, out, found);
+}
+
+fm_status fm_store_get_run(fm_store_t *s, const char *run_id, fm_run_row_t *out, bool *found)
+{
+    return one_run(s, RUN_COLUMNS "WHERE r.id = ?", run_id, out, found);
+}
+
+/* Runs a query and reads every row with `read` into a growing array. */
+static fm_status read_all(fm_store_t *s, sqlite3_stmt *st, void **rows, int *n, size_t size,
+                          void (*read)(sqlite3_stmt *, void *))
+{
+    *rows = NULL;
+    *n = 0;
+    int cap = 0, rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 16;
+            void *p = realloc(*rows, size * cap);
+            if (!p) {
+                sqlite3_finalize(st);
+                return FM_ERR_NOMEM;
+            }
+            *rows = p;
+        }
+        read(st, (char *)*rows + size * (size_t)*n);
+        (*n)++;
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? FM_OK : db_error(s, "read");
+}
+
+static void read_run_v(sqlite3_stmt *st, void *p) { read_run(st, p); }
+
+fm_status fm_store_list_runs(fm_store_t *s, fm_run_row_t **rows, int *n)
+{
+    sqlite3_stmt *st;
+    if (prepare(s, &st, RUN_COLUMNS "ORDER BY r.started_at, r.rowid") != FM_OK)
+        return FM_ERR_IO;
+    return read_all(s, st, (void **)rows, n, sizeof **rows, read_run_v);
+}
+
+static void read_round(sqlite3_stmt *st, void *p)
+{
+    fm_round_row_t *r = p;
+    memset(r, 0, sizeof *r);
+    r->round = sqlite3_column_int(st, 0);
+    copy_text(r->started_at, sizeof r->started_at, st, 1);
+    copy_text(r->finished_at, sizeof r->finished_at, st, 2);
+    r->selected = sqlite3_column_int(st, 3);
+    r->completed = sqlite3_column_int(st, 4);
+    r->dropped = sqlite3_column_int(st, 5);
+    r->train_loss = sqlite3_column_double(st, 6);
+    r->test_loss = sqlite3_column_double(st, 7);
+    r->test_accuracy = sqlite3_column_double(st, 8);
+    r->bytes_up = sqlite3_column_int64(st, 9);
+    r->bytes_down = sqlite3_column_int64(st, 10);
+    r->seconds = sqlite3_column_double(st, 11);
+    copy_text(r->checkpoint_sha256, sizeof r->checkpoint_sha256, st, 12);
+}
+
+fm_status fm_store_list_rounds(fm_store_t *s, const char *run_id, fm_round_row_t **rows, int *n)
+{
+    sqlite3_stmt *st;
+    if (prepare(s, &st, "SELECT round, started_at, finished_at, selected, completed, dropped, train_loss,"
+                        " test_loss, test_accuracy, bytes_up, bytes_down, seconds, checkpoint_sha256"
+                        " FROM rounds WHERE run_id = ? ORDER BY round") != FM_OK)
+        return FM_ERR_IO;
+    sqlite3_bind_text(st, 1, run_id, -1, SQLITE_TRANSIENT);
+    return read_all(s, st, (void **)rows, n, sizeof **rows, read_round);
+}
+
+static void read_client_round(sqlite3_stmt *st, void *p)
+{
+    fm_client_round_row_t *c = p;
+    memset(c, 0, sizeof *c);
+    c->round = sqlite3_column_int(st, 0);
+    copy_text(c->client_id, sizeof c->client_id, st, 1);
+    copy_text(c->status, sizeof c->status, st, 2);
+    c->train_loss = sqlite3_column_double(st, 3);
+    c->val_loss = sqlite3_column_double(st, 4);
+    c->test_loss = sqlite3_column_double(st, 5);
+    c->test_accuracy = sqlite3_column_double(st, 6);
+    c->generalist_share = sqlite3_column_double(st, 7);
+    c->train_samples = sqlite3_column_int64(st, 8);
+    c->test_samples = sqlite3_column_int64(st, 9);
+    c->test_correct = sqlite3_column_int64(st, 10);
+    c->seconds = sqlite3_column_double(st, 11);
+    c->bytes_up = sqlite3_column_int64(st, 12);
+    c->bytes_down = sqlite3_column_int64(st, 13);
+}
+
+fm_status fm_store_list_client_rounds(fm_store_t *s, const char *run_id, int round, fm_client_round_row_t **rows,
+                                      int *n)
+{
+    sqlite3_stmt *st;
+    if (prepare(s, &st, "SELECT round, client_id, status, train_loss, val_loss, test_loss, test_accuracy,"
+                        " generalist_share, train_samples, test_samples, test_correct, seconds, bytes_up,"
+                        " bytes_down FROM client_rounds WHERE run_id = ?1 AND (?2 < 0 OR round = ?2)"
+                        " ORDER BY round, client_id") != FM_OK)
+        return FM_ERR_IO;
+    sqlite3_bind_text(st, 1, run_id, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int(st, 2, round);
+    return read_all(s, st, (void **)rows, n, sizeof **rows, read_client_round);
+}
+
+static void read_client(sqlite3_stmt *st, void *p)
+{
+    fm_client_row_t *c = p;
+    memset(c, 0, sizeof *c);
+    copy_text(c->id, sizeof c->id, st, 0);
+    copy_text(c->first_seen, sizeof c->first_seen, st, 1);
+    copy_text(c->last_seen, sizeof c->last_seen, st, 2);
+    c->specialists = sqlite3_column_int(st, 3);
+    c->partition_index = sqlite3_column_int(st, 4);
+    c->train_samples = sqlite3_column_int64(st, 5);
+    c->val_samples = sqlite3_column_int64(st, 6);
+    c->test_samples = sqlite3_column_int64(st, 7);
+}
+
+fm_status fm_store_list_clients(fm_store_t *s, const char *run_id, fm_client_row_t **rows, int *n)
+{
+    sqlite3_stmt *st;
+    if (prepare(s, &st, "SELECT id, first_seen, last_seen, specialists, partition_index, train_samples,"
+                        " val_samples, test_samples FROM clients WHERE run_id = ? ORDER BY id") != FM_OK)
+        return FM_ERR_IO;
+    sqlite3_bind_text(st, 1, run_id, -1, SQLITE_TRANSIENT);
+    return read_all(s, st, (void **)rows, n, sizeof **rows, read_client);
+}
+
+fm_status fm_store_latest_checkpoint(fm_store_t *s, const char *run_id, int *round, uint8_t **blob, size_t *len,
+                                     bool *found)
+{
+    *found = false;
+    *blob = NULL;
+    *len = 0;
+    sqlite3_stmt *st;
+    if (prepare(s, &st, "SELECT round, state, sha256 FROM checkpoints WHERE run_id = ? ORDER BY round DESC LIMIT 1") != FM_OK)
+        return FM_ERR_IO;
+    sqlite3_bind_text(st, 1, run_id, -1, SQLITE_TRANSIENT);
+    int rc = sqlite3_step(st);
+    fm_status status = FM_OK;
+    if (rc == SQLITE_ROW) {
+        *round = sqlite3_column_int(st, 0);
+        const void *b = sqlite3_column_blob(st, 1);
+        size_t n = (size_t)sqlite3_column_bytes(st, 1);
+        const unsigned char *want = sqlite3_column_text(st, 2);
+        char got[65];
+        fm_sha256_hex(b, n, got);
+        if (!want || strcmp(got, (const char *)want) != 0) {
+            fm_error_set("%s: checkpoint of run %s round %d fails its SHA-256 check", s->path, run_id, *round);
+            status = FM_ERR_FORMAT;
+        } else if ((*blob = malloc(n ? n : 1)) == NULL) {
+            status = FM_ERR_NOMEM;
+        } else {
+            memcpy(*blob, b, n);
+            *len = n;
+            *found = true;
+        }
+    } else if (rc != SQLITE_DONE) {
+        status = db_error(s, "read checkpoint");
+    }
+    sqlite3_finalize(st);
+    return status;
+}

@@ -1,0 +1,420 @@
+/* fedmoe-history: reads a fedmoe round log (while the daemon writes to it):
+ * runs, a run's rounds, a round's clients, CSV / JSON export, SVG plots. */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fedmoe/log.h"
+#include "fedmoe/store.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: fedmoe-history [--db PATH] COMMAND [ARGS]\n"
+            "\n"
+            "Reads the SQLite round log that fedmoe-server writes (default fedmoe.db).\n"
+            "\n"
+            "commands:\n"
+            "  runs                          every run: id, strategy, status, rounds, final accuracy\n"
+            "  rounds [RUN]                  the rounds of a run (default: the latest run)\n"
+            "  clients ROUND [RUN]           the clients of one round\n"
+            "  export [--format csv|json] [--table rounds|clients] [RUN]\n"
+            "                                rounds (default) or client rows of a run, to stdout\n"
+            "  plot --out FILE.svg [RUN...]  test accuracy and losses over rounds, one line per run\n"
+            "                                (default: the latest run)\n"
+            "options:\n"
+            "  --db PATH                     the database (default fedmoe.db)\n"
+            "  -h, --help                    this text\n");
+}
+
+static int fail(void)
+{
+    fprintf(stderr, "fedmoe-history: %s\n", fm_error_last());
+    return 2;
+}
+
+/* Resolves RUN (or the latest run when NULL). */
+static int pick_run(fm_store_t *st, const char *arg, fm_run_row_t *run)
+{
+    bool found = false;
+    fm_status s = arg ? fm_store_get_run(st, arg, run, &found) : fm_store_latest_run(st, run, &found);
+    if (s != FM_OK)
+        return fail();
+    if (!found) {
+        fm_error_set(arg ? "no run '%s' in the database" : "the database holds no runs%s", arg ? arg : "");
+        return fail();
+    }
+    return 0;
+}
+
+static int cmd_runs(fm_store_t *st)
+{
+    fm_run_row_t *runs;
+    int n;
+    if (fm_store_list_runs(st, &runs, &n) != FM_OK)
+        return fail();
+    printf("%-28s %-9s %-9s %6s %14s %10s  %s\n", "run", "strategy", "status", "seed", "rounds", "final_acc", "started");
+    for (int i = 0; i < n; i++) {
+        fm_round_row_t *rr;
+        int nr = 0;
+        double acc = NAN;
+        if (fm_store_list_rounds(st, runs[i].id, &rr, &nr) == FM_OK) {
+            if (nr)
+                acc = rr[nr - 1].test_accuracy;
+            free(rr);
+        }
+        char rounds[32];
+        snprintf(rounds, sizeof rounds, "%d/%d", runs[i].rounds_done, runs[i].rounds_planned);
+        if (isnan(acc))
+            printf("%-28s %-9s %-9s %6llu %14s %10s  %s\n", runs[i].id, runs[i].strategy, runs[i].status,
+                   (unsigned long long)runs[i].seed, rounds, "-", runs[i].started_at);
+        else
+            printf("%-28s %-9s %-9s %6llu %14s %9.2f%%  %s\n", runs[i].id, runs[i].strategy, runs[i].status,
+                   (unsigned long long)runs[i].seed, rounds, 100.0 * acc, runs[i].started_at);
+        fm_store_run_clear(&runs[i]);
+    }
+    free(runs);
+    return 0;
+}
+
+static int cmd_rounds(fm_store_t *st, const char *arg)
+{
+    fm_run_row_t run;
+    if (pick_run(st, arg, &run))
+        return 2;
+    fm_round_row_t *r;
+    int n;
+    if (fm_store_list_rounds(st, run.id, &r, &n) != FM_OK) {
+        fm_store_run_clear(&run);
+        return fail();
+    }
+    printf("run %s (%s, %s, %d/%d rounds)\n", run.id, run.strategy, run.status, run.rounds_done, run.rounds_planned);
+    printf("%5s %8s %9s %7s %10s %9s %9s %10s %10s %8s\n", "round", "selected", "completed", "dropped", "train_loss",
+           "test_loss", "test_acc", "bytes_up", "bytes_down", "seconds");
+    for (int i = 0; i < n; i++)
+        printf("%5d %8d %9d %7d %10.4f %9.4f %8.2f%% %10lld %10lld %8.2f\n", r[i].round, r[i].selected, r[i].completed,
+               r[i].dropped, r[i].train_loss, r[i].test_loss, 100.0 * r[i].test_accuracy, (long long)r[i].bytes_up,
+               (long long)r[i].bytes_down, r[i].seconds);
+    free(r);
+    fm_store_run_clear(&run);
+    return 0;
+}
+
+static int cmd_clients(fm_store_t *st, int round, const char *arg)
+{
+    fm_run_row_t run;
+    if (pick_run(st, arg, &run))
+        return 2;
+    fm_client_round_row_t *c;
+    int n;
+    if (fm_store_list_client_rounds(st, run.id, round, &c, &n) != FM_OK) {
+        fm_store_run_clear(&run);
+        return fail();
+    }
+    if (n == 0) {
+        fm_error_set("run %s has no round %d", run.id, round);
+        fm_store_run_clear(&run);
+        return fail();
+    }
+    printf("run %s, round %d\n", run.id, round);
+    printf("%-20s %-9s %10s %9s %9s %9s %9s %8s %8s %8s\n", "client", "status", "train_loss", "val_loss", "test_loss",
+           "test_acc", "gen_share", "samples", "tested", "seconds");
+    for (int i = 0; i < n; i++)
+        printf("%-20s %-9s %10.4f %9.4f %9.4f %8.2f%% %9.3f %8lld %8lld %8.2f\n", c[i].client_id, c[i].status,
+               c[i].train_loss, c[i].val_loss, c[i].test_loss, 100.0 * c[i].test_accuracy, c[i].generalist_share,
+               (long long)c[i].train_samples, (long long)c[i].test_samples, c[i].seconds);
+    free(c);
+    fm_store_run_clear(&run);
+    return 0;
+}
+
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            fprintf(f, "\\%c", *s);
+        else if ((unsigned char)*s < 0x20)
+            fprintf(f, "\\u%04x", *s);
+        else
+            fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+static int cmd_export(fm_store_t *st, bool json, bool clients, const char *arg)
+{
+    fm_run_row_t run;
+    if (pick_run(st, arg, &run))
+        return 2;
+    int rc = 0;
+    if (!clients) {
+        fm_round_row_t *r;
+        int n;
+        if (fm_store_list_rounds(st, run.id, &r, &n) != FM_OK) {
+            fm_store_run_clear(&run);
+            return fail();
+        }
+        if (json) {
+            printf("{\"run\":");
+            json_str(stdout, run.id);
+            printf(",\"strategy\":");
+            json_str(stdout, run.strategy);
+            printf(",\"status\":");
+            json_str(stdout, run.status);
+            printf(",\"config\":%s,\"rounds\":[", run.config);
+        } else {
+            printf("run,round,started_at,finished_at,selected,completed,dropped,train_loss,test_loss,test_accuracy,"
+                   "bytes_up,bytes_down,seconds,checkpoint_sha256\n");
+        }
+        for (int i = 0; i < n; i++) {
+            if (json)
+                printf("%s{\"round\":%d,\"started_at\":\"%s\",\"finished_at\":\"%s\",\"selected\":%d,\"completed\":%d,"
+                       "\"dropped\":%d,\"train_loss\":%.6g,\"test_loss\":%.6g,\"test_accuracy\":%.6g,\"bytes_up\":%lld,"
+                       "\"bytes_down\":%lld,\"seconds\":%.6g,\"checkpoint_sha256\":\"%s\"}",
+                       i ? "," : "", r[i].round, r[i].started_at, r[i].finished_at, r[i].selected, r[i].completed,
+                       r[i].dropped, r[i].train_loss, r[i].test_loss, r[i].test_accuracy, (long long)r[i].bytes_up,
+                       (long long)r[i].bytes_down, r[i].seconds, r[i].checkpoint_sha256);
+            else
+                printf("%s,%d,%s,%s,%d,%d,%d,%.6g,%.6g,%.6g,%lld,%lld,%.6g,%s\n", run.id, r[i].round, r[i].started_at,
+                       r[i].finished_at, r[i].selected, r[i].completed, r[i].dropped, r[i].train_loss, r[i].test_loss,
+                       r[i].test_accuracy, (long long)r[i].bytes_up, (long long)r[i].bytes_down, r[i].seconds,
+                       r[i].checkpoint_sha256);
+        }
+        if (json)
+            printf("]}\n");
+        free(r);
+    } else {
+        fm_client_round_row_t *c;
+        int n;
+        if (fm_store_list_client_rounds(st, run.id, -1, &c, &n) != FM_OK) {
+            fm_store_run_clear(&run);
+            return fail();
+        }
+        if (json)
+            printf("[");
+        else
+            printf("run,round,client,status,train_loss,val_loss,test_loss,test_accuracy,generalist_share,"
+                   "train_samples,test_samples,test_correct,seconds,bytes_up,bytes_down\n");
+        for (int i = 0; i < n; i++) {
+            if (json) {
+                printf("%s{\"run\":", i ? "," : "");
+                json_str(stdout, run.id);
+                printf(",\"round\":%d,\"client\":", c[i].round);
+                json_str(stdout, c[i].client_id);
+                printf(",\"status\":\"%s\",\"train_loss\":%.6g,\"val_loss\":%.6g,\"test_loss\":%.6g,"
+                       "\"test_accuracy\":%.6g,\"generalist_share\":%.6g,\"train_samples\":%lld,\"test_samples\":%lld,"
+                       "\"test_correct\":%lld,\"seconds\":%.6g,\"bytes_up\":%lld,\"bytes_down\":%lld}",
+                       c[i].status, c[i].train_loss, c[i].val_loss, c[i].test_loss, c[i].test_accuracy,
+                       c[i].generalist_share, (long long)c[i].train_samples, (long long)c[i].test_samples,
+                       (long long)c[i].test_correct, c[i].seconds, (long long)c[i].bytes_up, (long long)c[i].bytes_down);
+            } else {
+                printf("%s,%d,%s,%s,%.6g,%.6g,%.6g,%.6g,%.6g,%lld,%lld,%lld,%.6g,%lld,%lld\n", run.id, c[i].round,
+                       c[i].client_id, c[i].status, c[i].train_loss, c[i].val_loss, c[i].test_loss, c[i].test_accuracy,
+                       c[i].generalist_share, (long long)c[i].train_samples, (long long)c[i].test_samples,
+                       (long long)c[i].test_correct, c[i].seconds, (long long)c[i].bytes_up, (long long)c[i].bytes_down);
+            }
+        }
+        if (json)
+            printf("]\n");
+        free(c);
+    }
+    fm_store_run_clear(&run);
+    return rc;
+}
+
+/* ---- SVG -------------------------------------------------------------------- */
+
+static const char *COLORS[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"};
+
+typedef struct {
+    fm_run_row_t run;
+    fm_round_row_t *r;
+    int n;
+} series_t;
+
+/* One panel: x = round, y = a field chosen by `which` (0 accuracy %, 1 train loss, 2 test loss). */
+static void panel(FILE *f, series_t *s, int ns, int which, double x0, double y0, double w, double h, const char *title,
+                  int max_round)
+{
+    double lo = INFINITY, hi = -INFINITY;
+    for (int i = 0; i < ns; i++)
+        for (int j = 0; j < s[i].n; j++) {
+            double v = which == 0 ? 100.0 * s[i].r[j].test_accuracy : which == 1 ? s[i].r[j].train_loss : s[i].r[j].test_loss;
+            if (which == 3)
+                v = s[i].r[j].test_loss;
+            lo = fmin(lo, v);
+            hi = fmax(hi, v);
+        }
+    if (!isfinite(lo)) {
+        lo = 0;
+        hi = 1;
+    }
+    if (hi - lo < 1e-9) {
+        hi += 0.5;
+        lo -= 0.5;
+    }
+    double pad = (hi - lo) * 0.05;
+    lo -= pad;
+    hi += pad;
+    fprintf(f, "<rect x='%.1f' y='%.1f' width='%.1f' height='%.1f' fill='none' stroke='#888'/>\n", x0, y0, w, h);
+    fprintf(f, "<text x='%.1f' y='%.1f' font-size='14' text-anchor='middle'>%s</text>\n", x0 + w / 2, y0 - 8, title);
+    for (int t = 0; t <= 4; t++) {
+        double v = lo + (hi - lo) * t / 4.0, y = y0 + h - h * t / 4.0;
+        fprintf(f, "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' stroke='#eee'/>\n", x0, y, x0 + w, y);
+        fprintf(f, "<text x='%.1f' y='%.1f' font-size='11' text-anchor='end'>%.*f</text>\n", x0 - 4, y + 4,
+                which == 0 ? 1 : 3, v);
+    }
+    int xr = max_round > 1 ? max_round : 2;
+    for (int t = 0; t <= 4; t++) {
+        int rd = 1 + (int)lround((xr - 1) * t / 4.0);
+        double x = x0 + w * (rd - 1) / (double)(xr - 1);
+        fprintf(f, "<text x='%.1f' y='%.1f' font-size='11' text-anchor='middle'>%d</text>\n", x, y0 + h + 14, rd);
+    }
+    fprintf(f, "<text x='%.1f' y='%.1f' font-size='11' text-anchor='middle'>round</text>\n", x0 + w / 2, y0 + h + 28);
+    for (int i = 0; i < ns; i++) {
+        fprintf(f, "<polyline fill='none' stroke='%s' stroke-width='1.8' points='", COLORS[i % 8]);
+        for (int j = 0; j < s[i].n; j++) {
+            double v = which == 0 ? 100.0 * s[i].r[j].test_accuracy : which == 1 ? s[i].r[j].train_loss : s[i].r[j].test_loss;
+            double x = x0 + w * (s[i].r[j].round - 1) / (double)(xr - 1), y = y0 + h - h * (v - lo) / (hi - lo);
+            fprintf(f, "%.1f,%.1f ", x, y);
+        }
+        fprintf(f, "'/>\n");
+    }
+}
+
+static int cmd_plot(fm_store_t *st, const char *out, char **runs, int nruns)
+{
+    int ns = nruns ? nruns : 1;
+    series_t *s = calloc(ns, sizeof *s);
+    int rc = 0, max_round = 1;
+    for (int i = 0; i < ns && !rc; i++) {
+        if ((rc = pick_run(st, nruns ? runs[i] : NULL, &s[i].run)))
+            break;
+        if (fm_store_list_rounds(st, s[i].run.id, &s[i].r, &s[i].n) != FM_OK)
+            rc = fail();
+        for (int j = 0; j < s[i].n; j++)
+            max_round = s[i].r[j].round > max_round ? s[i].r[j].round : max_round;
+    }
+    FILE *f = rc ? NULL : fopen(out, "w");
+    if (!rc && !f) {
+        fm_error_set("cannot write %s", out);
+        rc = fail();
+    }
+    if (f) {
+        double W = 1020, H = 380 + 18.0 * ns;
+        fprintf(f, "<?xml version='1.0' encoding='UTF-8'?>\n<svg xmlns='http://www.w3.org/2000/svg' width='%.0f' "
+                   "height='%.0f' font-family='sans-serif'>\n<rect width='100%%' height='100%%' fill='white'/>\n", W, H);
+        panel(f, s, ns, 0, 60, 40, 280, 240, "test accuracy (%)", max_round);
+        panel(f, s, ns, 1, 400, 40, 260, 240, "mean train loss", max_round);
+        panel(f, s, ns, 2, 720, 40, 260, 240, "test loss", max_round);
+        for (int i = 0; i < ns; i++) {
+            double y = 340 + 18.0 * i;
+            fprintf(f, "<line x1='60' y1='%.1f' x2='90' y2='%.1f' stroke='%s' stroke-width='3'/>\n", y - 4, y - 4, COLORS[i % 8]);
+            fprintf(f, "<text x='96' y='%.1f' font-size='12'>%s (%s)%s</text>\n", y, s[i].run.id, s[i].run.strategy,
+                    s[i].n ? "" : " - no rounds yet");
+        }
+        fprintf(f, "</svg>\n");
+        if (fclose(f) != 0) {
+            fm_error_set("cannot write %s", out);
+            rc = fail();
+        } else {
+            printf("wrote %s (%d run%s)\n", out, ns, ns == 1 ? "" : "s");
+        }
+    }
+    for (int i = 0; i < ns; i++) {
+        free(s[i].r);
+        fm_store_run_clear(&s[i].run);
+    }
+    free(s);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {{"db", required_argument, 0, 'd'},     {"format", required_argument, 0, 'f'},
+                                         {"table", required_argument, 0, 't'},  {"out", required_argument, 0, 'o'},
+                                         {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
+    const char *db = "fedmoe.db", *format = "csv", *table = "rounds", *out = NULL;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'd': db = optarg; break;
+        case 'f': format = optarg; break;
+        case 't': table = optarg; break;
+        case 'o': out = optarg; break;
+        case 'h': usage(stdout); return 0;
+        default: fprintf(stderr, "fedmoe-history: unknown or incomplete option '%s' (see --help)\n", argv[optind - 1]); return 2;
+        }
+    }
+    if (optind >= argc) {
+        fprintf(stderr, "fedmoe-history: a command is needed: runs, rounds, clients, export or plot (see --help)\n");
+        return 2;
+    }
+    const char *cmd = argv[optind++];
+    /* options may also follow the command */
+    while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'd': db = optarg; break;
+        case 'f': format = optarg; break;
+        case 't': table = optarg; break;
+        case 'o': out = optarg; break;
+        case 'h': usage(stdout); return 0;
+        default: fprintf(stderr, "fedmoe-history: unknown or incomplete option '%s' (see --help)\n", argv[optind - 1]); return 2;
+        }
+    }
+    char **rest = argv + optind;
+    int nrest = argc - optind;
+    bool known = !strcmp(cmd, "runs") || !strcmp(cmd, "rounds") || !strcmp(cmd, "clients") || !strcmp(cmd, "export") ||
+                 !strcmp(cmd, "plot");
+    if (!known) {
+        fprintf(stderr, "fedmoe-history: unknown command '%s' (runs, rounds, clients, export, plot)\n", cmd);
+        return 2;
+    }
+    if (strcmp(format, "csv") && strcmp(format, "json")) {
+        fprintf(stderr, "fedmoe-history: --format must be csv or json\n");
+        return 2;
+    }
+    if (strcmp(table, "rounds") && strcmp(table, "clients")) {
+        fprintf(stderr, "fedmoe-history: --table must be rounds or clients\n");
+        return 2;
+    }
+    if ((!strcmp(cmd, "runs") && nrest > 0) || ((!strcmp(cmd, "rounds") || !strcmp(cmd, "export")) && nrest > 1) ||
+        (!strcmp(cmd, "clients") && (nrest < 1 || nrest > 2))) {
+        fprintf(stderr, "fedmoe-history: wrong arguments for '%s' (see --help)\n", cmd);
+        return 2;
+    }
+    if (!strcmp(cmd, "plot") && !out) {
+        fprintf(stderr, "fedmoe-history: plot needs --out FILE.svg\n");
+        return 2;
+    }
+    int round = 0;
+    if (!strcmp(cmd, "clients")) {
+        char *end;
+        long v = strtol(rest[0], &end, 10);
+        if (*end || end == rest[0] || v < 1 || v > 1000000000) {
+            fprintf(stderr, "fedmoe-history: round '%s' is not a positive integer\n", rest[0]);
+            return 2;
+        }
+        round = (int)v;
+    }
+    fm_store_t *st = NULL;
+    if (fm_store_open(&st, db, true) != FM_OK)
+        return fail();
+    int rc;
+    if (!strcmp(cmd, "runs"))
+        rc = cmd_runs(st);
+    else if (!strcmp(cmd, "rounds"))
+        rc = cmd_rounds(st, nrest ? rest[0] : NULL);
+    else if (!strcmp(cmd, "clients"))
+        rc = cmd_clients(st, round, nrest > 1 ? rest[1] : NULL);
+    else if (!strcmp(cmd, "export"))
+        rc = cmd_export(st, !strcmp(format, "json"), !strcmp(table, "clients"), nrest ? rest[0] : NULL);
+    else
+        rc = cmd_plot(st, out, rest, nrest);
+    fm_store_close(&st);
+    return rc;
+}
