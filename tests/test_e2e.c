@@ -1,0 +1,539 @@
+/* End to end, with real processes on loopback and a real SQLite file:
+ * fedmoe-sim with 4 clients for 3 rounds, then fedmoe-history on its database;
+ * a coordinator stopped after round 2 of 4 and restarted; the coordinator's
+ * aggregate against a weighted average of uploads made here, in two arrival
+ * orders; bad arguments to every program. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <math.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "coordinator.h"
+#include "fedmoe/rng.h"
+#include "fedmoe/store.h"
+#include "fedmoe/wire.h"
+
+extern char **environ;
+static char dir[256];
+
+#define BIN(name) FM_BIN_DIR "/" name
+
+static pid_t spawn_logged(char *const argv[], const char *log)
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, log, 01 | 0100 | 01000 /* O_WRONLY|O_CREAT|O_TRUNC */, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    pid_t pid;
+    int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    assert_int_equal(rc, 0);
+    return pid;
+}
+
+static int wait_exit(pid_t pid, double seconds)
+{
+    for (int i = 0; i < (int)(seconds * 20); i++) {
+        int status;
+        if (waitpid(pid, &status, WNOHANG) == pid)
+            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        usleep(50000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    return -1;
+}
+
+/* Runs a command line, returns its exit status and stdout (malloc'd). */
+static int run_capture(const char *cmd, char **out)
+{
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t cap = 1 << 16, n = 0;
+    *out = malloc(cap);
+    size_t got;
+    while ((got = fread(*out + n, 1, cap - n - 1, p)) > 0) {
+        n += got;
+        if (n + 1 == cap)
+            *out = realloc(*out, cap *= 2);
+    }
+    (*out)[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int count_lines(const char *s)
+{
+    int n = 0;
+    for (; *s; s++)
+        n += *s == '\n';
+    return n;
+}
+
+static void test_sim_and_history(void **state)
+{
+    (void)state;
+    char db[512], cmd[2048], *out;
+    snprintf(db, sizeof db, "%s/sim.db", dir);
+    snprintf(cmd, sizeof cmd, "%s --clients 4 --rounds 3 --db %s --workdir %s/sim --round-timeout 120 2>&1",
+             BIN("client/fedmoe-sim"), db, dir);
+    int rc = run_capture(cmd, &out);
+    if (rc != 0)
+        fprintf(stderr, "%s\n", out);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "final test accuracy"));
+    free(out);
+    /* the database: one run, 3 rounds, 12 client rows, plausible values */
+    fm_store_t *st;
+    assert_int_equal(fm_store_open(&st, db, true), FM_OK);
+    fm_run_row_t *runs;
+    int nruns;
+    assert_int_equal(fm_store_list_runs(st, &runs, &nruns), FM_OK);
+    assert_int_equal(nruns, 1);
+    assert_string_equal(runs[0].status, "finished");
+    assert_string_equal(runs[0].strategy, "full");
+    assert_non_null(strstr(runs[0].config, "\"strategy\":\"full\""));
+    fm_round_row_t *r;
+    int n;
+    assert_int_equal(fm_store_list_rounds(st, runs[0].id, &r, &n), FM_OK);
+    assert_int_equal(n, 3);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(r[i].round, i + 1);
+        assert_int_equal(r[i].selected, 4);
+        assert_int_equal(r[i].completed, 4);
+        assert_true(r[i].test_accuracy > 0.5 && r[i].test_accuracy <= 1.0);
+        assert_true(r[i].train_loss > 0.0 && r[i].train_loss < 3.0);
+        assert_true(r[i].bytes_up > 0 && r[i].bytes_down > 0);
+        assert_int_equal(strlen(r[i].checkpoint_sha256), 64);
+    }
+    assert_true(r[2].train_loss < r[0].train_loss);
+    fm_client_round_row_t *cr;
+    assert_int_equal(fm_store_list_client_rounds(st, runs[0].id, -1, &cr, &n), FM_OK);
+    assert_int_equal(n, 12);
+    for (int i = 0; i < n; i++) {
+        assert_string_equal(cr[i].status, "completed");
+        assert_true(cr[i].train_samples > 100 && cr[i].test_samples > 0);
+        assert_true(cr[i].test_correct <= cr[i].test_samples);
+        assert_true(cr[i].generalist_share >= 0.0 && cr[i].generalist_share <= 1.0);
+    }
+    free(cr);
+    fm_client_row_t *cl;
+    assert_int_equal(fm_store_list_clients(st, runs[0].id, &cl, &n), FM_OK);
+    assert_int_equal(n, 4);
+    int parts = 0;
+    for (int i = 0; i < n; i++)
+        parts |= 1 << cl[i].partition_index;
+    assert_int_equal(parts, 0xf); /* partitions 0..3, each once */
+    free(cl);
+    /* fedmoe-history prints and exports them */
+    snprintf(cmd, sizeof cmd, "%s --db %s rounds", BIN("server/fedmoe-history"), db);
+    assert_int_equal(run_capture(cmd, &out), 0);
+    assert_int_equal(count_lines(out), 2 + 3);
+    assert_non_null(strstr(out, runs[0].id));
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s --db %s clients 2", BIN("server/fedmoe-history"), db);
+    assert_int_equal(run_capture(cmd, &out), 0);
+    assert_int_equal(count_lines(out), 2 + 4);
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s --db %s export --table clients", BIN("server/fedmoe-history"), db);
+    assert_int_equal(run_capture(cmd, &out), 0);
+    assert_int_equal(count_lines(out), 1 + 12);
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s --db %s export --format json", BIN("server/fedmoe-history"), db);
+    assert_int_equal(run_capture(cmd, &out), 0);
+    assert_non_null(strstr(out, "\"rounds\":[{\"round\":1"));
+    assert_non_null(strstr(out, r[2].checkpoint_sha256));
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s --db %s plot --out %s/plot.svg", BIN("server/fedmoe-history"), db, dir);
+    assert_int_equal(run_capture(cmd, &out), 0);
+    free(out);
+    char svg[512];
+    snprintf(svg, sizeof svg, "%s/plot.svg", dir);
+    FILE *f = fopen(svg, "r");
+    assert_non_null(f);
+    char head[64] = {0};
+    assert_true(fread(head, 1, sizeof head - 1, f) > 0);
+    fclose(f);
+    assert_non_null(strstr(head, "<?xml"));
+    free(r);
+    fm_store_run_clear(&runs[0]);
+    free(runs);
+    fm_store_close(&st);
+}
+
+static int committed_rounds(const char *db)
+{
+    fm_store_t *st;
+    if (access(db, F_OK) != 0 || fm_store_open(&st, db, true) != FM_OK)
+        return 0;
+    fm_run_row_t run;
+    bool found = false;
+    int n = 0;
+    if (fm_store_latest_run(st, &run, &found) == FM_OK && found) {
+        n = run.rounds_done;
+        fm_store_run_clear(&run);
+    }
+    fm_store_close(&st);
+    return n;
+}
+
+static void start_clients(pid_t *pids, int n, const char *endpoint, const char *tag)
+{
+    for (int i = 0; i < n; i++) {
+        char id[32], log[512];
+        snprintf(id, sizeof id, "c%d", i);
+        snprintf(log, sizeof log, "%s/%s-client%d.log", dir, tag, i);
+        char *argv[] = {BIN("client/fedmoe-client"), "--connect", (char *)endpoint, "--id", id, "--state-dir", dir, NULL};
+        pids[i] = spawn_logged(argv, log);
+    }
+}
+
+static void test_resume_after_stop(void **state)
+{
+    (void)state;
+    char db[512], log[512], endpoint[64];
+    snprintf(db, sizeof db, "%s/resume.db", dir);
+    snprintf(endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", 20000 + (getpid() % 20000));
+    char *sargv[] = {BIN("server/fedmoe-server"), "--bind", endpoint, "--db", db, "--rounds", "4", "--min-clients", "3",
+                     "--partitions", "3", "--round-timeout", "120", NULL};
+    snprintf(log, sizeof log, "%s/resume-server1.log", dir);
+    pid_t server = spawn_logged(sargv, log);
+    pid_t clients[3];
+    start_clients(clients, 3, endpoint, "first");
+    for (int i = 0; i < 1200 && committed_rounds(db) < 2; i++)
+        usleep(50000);
+    assert_true(committed_rounds(db) >= 2);
+    kill(server, SIGTERM);
+    assert_int_equal(wait_exit(server, 30), 0); /* a clean stop exits 0 */
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(wait_exit(clients[i], 30), 0); /* told to shut down */
+    int done_first = committed_rounds(db);
+    assert_true(done_first >= 2 && done_first < 4);
+    /* the same settings on the same database: the run resumes and finishes */
+    snprintf(log, sizeof log, "%s/resume-server2.log", dir);
+    server = spawn_logged(sargv, log);
+    start_clients(clients, 3, endpoint, "second");
+    assert_int_equal(wait_exit(server, 300), 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(wait_exit(clients[i], 30), 0);
+    fm_store_t *st;
+    assert_int_equal(fm_store_open(&st, db, true), FM_OK);
+    fm_run_row_t *runs;
+    int nruns, n;
+    assert_int_equal(fm_store_list_runs(st, &runs, &nruns), FM_OK);
+    assert_int_equal(nruns, 1); /* resumed, not restarted */
+    assert_string_equal(runs[0].status, "finished");
+    fm_round_row_t *r;
+    assert_int_equal(fm_store_list_rounds(st, runs[0].id, &r, &n), FM_OK);
+    assert_int_equal(n, 4);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(r[i].round, i + 1);
+    fm_client_round_row_t *cr;
+    assert_int_equal(fm_store_list_client_rounds(st, runs[0].id, -1, &cr, &n), FM_OK);
+    assert_int_equal(n, 12); /* 3 clients x 4 rounds, none missing or doubled (primary key) */
+    for (int i = 0; i < n; i++)
+        assert_int_equal(cr[i].round, 1 + i / 3);
+    free(cr);
+    free(r);
+    fm_store_run_clear(&runs[0]);
+    free(runs);
+    fm_store_close(&st);
+}
+
+/* ---- the protocol spoken from here: fake clients with known uploads -------- */
+
+typedef struct {
+    void *sock;
+    char id[16];
+} fake_t;
+
+static Fedmoe__Envelope *recv_env(void *sock)
+{
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    int timeout = 20000;
+    zmq_setsockopt(sock, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
+    if (zmq_msg_recv(&m, sock, 0) < 0) {
+        zmq_msg_close(&m);
+        return NULL;
+    }
+    Fedmoe__Envelope *env = NULL;
+    fm_wire_decode(zmq_msg_data(&m), zmq_msg_size(&m), 1u << 30, &env);
+    zmq_msg_close(&m);
+    return env;
+}
+
+/* Waits for a message of the given kind, skipping others. */
+static Fedmoe__Envelope *expect(void *sock, Fedmoe__Envelope__BodyCase kind)
+{
+    for (int i = 0; i < 10; i++) {
+        Fedmoe__Envelope *e = recv_env(sock);
+        assert_non_null(e);
+        if (e->body_case == kind)
+            return e;
+        fedmoe__envelope__free_unpacked(e, NULL);
+    }
+    fail_msg("expected message kind %d", kind);
+    return NULL;
+}
+
+static void send_env(void *sock, Fedmoe__Envelope *env)
+{
+    uint8_t *buf;
+    size_t len;
+    assert_int_equal(fm_wire_encode(env, &buf, &len), FM_OK);
+    assert_int_equal(zmq_send(sock, buf, len, 0), (int)len);
+    free(buf);
+}
+
+static void send_update(void *sock, uint32_t round, const float *vec, uint32_t n, const float *prompt, uint64_t samples)
+{
+    Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
+    Fedmoe__Update up = FEDMOE__UPDATE__INIT;
+    Fedmoe__Metrics m = FEDMOE__METRICS__INIT;
+    Fedmoe__Tensor t, p, *list[1];
+    fm_wire_tensor_set(&t, "model", vec, 1, n);
+    fm_wire_tensor_set(&p, "prompt", prompt, 4, 64);
+    list[0] = &t;
+    up.round = round;
+    up.model = list;
+    up.n_model = 1;
+    up.prompt = &p;
+    up.train_samples = samples;
+    m.train_loss = 1.0f;
+    m.test_accuracy = 0.5f;
+    m.test_samples = 10;
+    m.test_correct = 5;
+    up.metrics = &m;
+    env.body_case = FEDMOE__ENVELOPE__BODY_UPDATE;
+    env.update = &up;
+    send_env(sock, &env);
+    fm_wire_tensor_clear(&t);
+    fm_wire_tensor_clear(&p);
+}
+
+/* One run of one round with 3 fake clients uploading in `order`; returns the
+ * checkpoint's global vector (malloc'd) and its length. */
+static float *fake_round(const char *db, const int order[3], float *const vecs[3], const uint64_t samples[3],
+                         size_t *nglobal, bool send_garbage)
+{
+    char endpoint[64], log[512];
+    snprintf(endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", 40000 + (getpid() % 20000));
+    char *sargv[] = {BIN("server/fedmoe-server"), "--bind", endpoint, "--db", (char *)db, "--rounds", "1",
+                     "--min-clients", "3", "--partitions", "3", "--strategy", "comigs", "--round-timeout", "60", NULL};
+    snprintf(log, sizeof log, "%s.log", db);
+    pid_t server = spawn_logged(sargv, log);
+    void *ctx = zmq_ctx_new();
+    fake_t f[3];
+    uint32_t n = 0, round = 0;
+    for (int i = 0; i < 3; i++) {
+        f[i].sock = zmq_socket(ctx, ZMQ_DEALER);
+        snprintf(f[i].id, sizeof f[i].id, "fake%d", i);
+        zmq_setsockopt(f[i].sock, ZMQ_ROUTING_ID, f[i].id, strlen(f[i].id));
+        zmq_connect(f[i].sock, endpoint);
+        Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
+        Fedmoe__Hello h = FEDMOE__HELLO__INIT;
+        h.client_id = f[i].id;
+        h.protocol_version = FM_PROTOCOL_VERSION;
+        h.specialists = 2;
+        h.partition_index = -1;
+        env.body_case = FEDMOE__ENVELOPE__BODY_HELLO;
+        env.hello = &h;
+        send_env(f[i].sock, &env);
+        Fedmoe__Envelope *w = expect(f[i].sock, FEDMOE__ENVELOPE__BODY_WELCOME);
+        assert_string_equal(w->welcome->strategy, "comigs");
+        fedmoe__envelope__free_unpacked(w, NULL);
+    }
+    for (int i = 0; i < 3; i++) {
+        Fedmoe__Envelope *t = expect(f[i].sock, FEDMOE__ENVELOPE__BODY_TASK);
+        assert_int_equal(t->task->n_model, 1);
+        n = t->task->model[0]->shape[1];
+        round = t->task->round;
+        assert_int_equal(t->task->n_nonlocal_prompts, 0); /* comigs keeps no pool */
+        fedmoe__envelope__free_unpacked(t, NULL);
+    }
+    assert_int_equal(round, 1);
+    *nglobal = n;
+    float prompt[256];
+    for (int j = 0; j < 256; j++)
+        prompt[j] = 0.01f * (float)j;
+    if (send_garbage) {
+        /* bad input in the same round: each gets an Error and changes nothing */
+        const char junk[] = "\x08\x01\x12\xff\xff\xff\x0fnot protobuf";
+        zmq_send(f[0].sock, junk, sizeof junk, 0);
+        Fedmoe__Envelope *e = expect(f[0].sock, FEDMOE__ENVELOPE__BODY_ERROR);
+        assert_int_equal(e->error->code, FM_WIRE_MALFORMED);
+        fedmoe__envelope__free_unpacked(e, NULL);
+        float *bad = malloc(sizeof(float) * n);
+        memcpy(bad, vecs[0], sizeof(float) * n);
+        bad[n / 2] = NAN;
+        send_update(f[0].sock, 1, bad, n, prompt, samples[0]);
+        e = expect(f[0].sock, FEDMOE__ENVELOPE__BODY_ERROR);
+        assert_int_equal(e->error->code, FM_WIRE_BAD_VALUE);
+        fedmoe__envelope__free_unpacked(e, NULL);
+        send_update(f[0].sock, 1, vecs[0], n - 1, prompt, samples[0]); /* wrong shape */
+        e = expect(f[0].sock, FEDMOE__ENVELOPE__BODY_ERROR);
+        assert_int_equal(e->error->code, FM_WIRE_BAD_TENSOR);
+        fedmoe__envelope__free_unpacked(e, NULL);
+        send_update(f[0].sock, 7, vecs[0], n, prompt, samples[0]); /* wrong round */
+        e = expect(f[0].sock, FEDMOE__ENVELOPE__BODY_ERROR);
+        assert_int_equal(e->error->code, FM_WIRE_WRONG_ROUND);
+        fedmoe__envelope__free_unpacked(e, NULL);
+        free(bad);
+    }
+    for (int k = 0; k < 3; k++) {
+        int i = order[k];
+        send_update(f[i].sock, 1, vecs[i], n, prompt, samples[i]);
+        usleep(100000); /* let them arrive in this order */
+        if (send_garbage && k == 0) { /* the same update again: refused, counted once */
+            send_update(f[i].sock, 1, vecs[i], n, prompt, samples[i]);
+            Fedmoe__Envelope *e = expect(f[i].sock, FEDMOE__ENVELOPE__BODY_ERROR);
+            assert_int_equal(e->error->code, FM_WIRE_DUPLICATE);
+            fedmoe__envelope__free_unpacked(e, NULL);
+        }
+    }
+    assert_int_equal(wait_exit(server, 60), 0);
+    for (int i = 0; i < 3; i++) {
+        int linger = 0;
+        zmq_setsockopt(f[i].sock, ZMQ_LINGER, &linger, sizeof linger);
+        zmq_close(f[i].sock);
+    }
+    zmq_ctx_term(ctx);
+    fm_store_t *st;
+    assert_int_equal(fm_store_open(&st, db, true), FM_OK);
+    fm_run_row_t run;
+    bool found;
+    assert_int_equal(fm_store_latest_run(st, &run, &found), FM_OK);
+    assert_true(found);
+    int rd;
+    uint8_t *blob;
+    size_t len;
+    assert_int_equal(fm_store_latest_checkpoint(st, run.id, &rd, &blob, &len, &found), FM_OK);
+    assert_true(found);
+    assert_int_equal(rd, 1);
+    fm_checkpoint_t ck;
+    assert_int_equal(fm_checkpoint_decode(blob, len, &ck), FM_OK);
+    assert_int_equal(ck.nglobal, n);
+    for (size_t j = 0; j < ck.nprompt; j++)
+        assert_float_equal(ck.prompt[j], prompt[j], 1e-6f); /* all uploaded the same prompt */
+    float *g = ck.global;
+    ck.global = NULL;
+    fm_checkpoint_free(&ck);
+    free(blob);
+    fm_store_run_clear(&run);
+    fm_store_close(&st);
+    return g;
+}
+
+static void test_coordinator_average_any_order(void **state)
+{
+    (void)state;
+    /* learn the vector size from a first run, then fill known uploads */
+    const uint64_t samples[3] = {1000, 2500, 4321};
+    fm_run_spec_t spec;
+    fm_run_spec_default(&spec);
+    spec.strategy = FM_STRATEGY_COMIGS;
+    fm_run_spec_finish(&spec);
+    fm_model_t *m;
+    assert_int_equal(fm_model_new(&m, &spec.model, spec.seed, FM_STREAM_INIT), FM_OK);
+    size_t n = fm_federated_size(m, FM_STRATEGY_COMIGS);
+    fm_model_destroy(&m);
+    float *vecs[3];
+    fm_rng_t r;
+    fm_rng_init(&r, 5, 5);
+    for (int i = 0; i < 3; i++) {
+        vecs[i] = malloc(sizeof(float) * n);
+        for (size_t j = 0; j < n; j++)
+            vecs[i][j] = (float)fm_rng_normal(&r) * 0.3f;
+    }
+    char db1[512], db2[512];
+    snprintf(db1, sizeof db1, "%s/agg1.db", dir);
+    snprintf(db2, sizeof db2, "%s/agg2.db", dir);
+    const int o1[3] = {0, 1, 2}, o2[3] = {2, 0, 1};
+    size_t n1, n2;
+    float *g1 = fake_round(db1, o1, vecs, samples, &n1, true);
+    float *g2 = fake_round(db2, o2, vecs, samples, &n2, false);
+    assert_int_equal(n1, n);
+    assert_int_equal(n2, n);
+    assert_memory_equal(g1, g2, sizeof(float) * n); /* bit-identical in either order */
+    double total = (double)(samples[0] + samples[1] + samples[2]);
+    for (size_t j = 0; j < n; j++) {
+        double want = ((double)vecs[0][j] * samples[0] + (double)vecs[1][j] * samples[1] + (double)vecs[2][j] * samples[2]) / total;
+        assert_true(fabs(g1[j] - want) <= 1e-6 * fabs(want) + 1e-7);
+    }
+    for (int i = 0; i < 3; i++)
+        free(vecs[i]);
+    free(g1);
+    free(g2);
+}
+
+/* Every program: a bad argument gives one line on stderr and a non-zero exit. */
+static void test_bad_arguments(void **state)
+{
+    (void)state;
+    const char *cases[][2] = {
+        {"server/fedmoe-server", "--rounds x"},       {"server/fedmoe-server", "--strategy nope"},
+        {"server/fedmoe-server", "--bogus"},          {"server/fedmoe-server", "--fraction 2"},
+        {"server/fedmoe-server", "--config /nonexistent.ini"},
+        {"client/fedmoe-client", "--bogus"},          {"client/fedmoe-client", "--partition 5/3"},
+        {"client/fedmoe-client", "--id 'bad id'"},    {"client/fedmoe-client", "--standalone --stem rnn"},
+        {"client/fedmoe-sim", "--clients 0"},         {"client/fedmoe-sim", "--strategy x"},
+        {"client/fedmoe-sim", "extra"},               {"server/fedmoe-history", "nosuchcommand"},
+        {"server/fedmoe-history", "--db /nonexistent/x.db runs"},
+        {"server/fedmoe-history", "clients abc"},     {"bench/fedmoe-bench", "train --steps 0"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char cmd[1024], *out;
+        snprintf(cmd, sizeof cmd, "%s/%s %s 2>&1 >/dev/null", FM_BIN_DIR, cases[i][0], cases[i][1]);
+        int rc = run_capture(cmd, &out);
+        if (rc == 0 || count_lines(out) != 1)
+            fprintf(stderr, "  %s %s -> %d: %s", cases[i][0], cases[i][1], rc, out);
+        assert_int_not_equal(rc, 0);
+        assert_int_equal(count_lines(out), 1);
+        free(out);
+    }
+    /* a corrupt config file names the line */
+    char ini[512], cmd[1024], *out;
+    snprintf(ini, sizeof ini, "%s/bad.ini", dir);
+    FILE *f = fopen(ini, "w");
+    fprintf(f, "[server]\nrounds = 3\nmin-clients = many\n");
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s --config %s 2>&1", BIN("server/fedmoe-server"), ini);
+    assert_int_equal(run_capture(cmd, &out), 2);
+    assert_non_null(strstr(out, ":3:"));
+    free(out);
+}
+
+int main(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/fedmoe-test-e2e-XXXXXX");
+    if (!mkdtemp(dir))
+        return 1;
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_coordinator_average_any_order),
+        cmocka_unit_test(test_sim_and_history),
+        cmocka_unit_test(test_resume_after_stop),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    if (rc == 0) {
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        if (system(cmd) != 0)
+            rc = 1;
+    } else {
+        fprintf(stderr, "logs kept in %s\n", dir);
+    }
+    return rc;
+}
