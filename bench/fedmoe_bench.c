@@ -15,18 +15,12 @@
 #include <time.h>
 
 #include "fedmoe/args.h"
+#include "fedmoe/clock.h"
 #include "fedmoe/kernels.h"
 #include "fedmoe/log.h"
 #include "fedmoe/model.h"
 #include "fedmoe/rng.h"
 #include "fedmoe/train.h"
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -51,9 +45,9 @@ static double sgemm_peak(int n)
     double g[5];
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
     for (int i = 0; i < 5; i++) {
-        double t0 = now();
+        double t0 = fm_clock_seconds();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
-        g[i] = 2.0 * n * n * n / (now() - t0) / 1e9;
+        g[i] = 2.0 * n * n * n / (fm_clock_seconds() - t0) / 1e9;
     }
     free(a);
     free(b);
@@ -75,16 +69,7 @@ static int bench_train(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         fm_status st = FM_OK;
         switch (c) {
-        case 's':
-            if (strcmp(optarg, "mlp") == 0)
-                mc.stem = FM_STEM_MLP;
-            else if (strcmp(optarg, "cnn") == 0)
-                mc.stem = FM_STEM_CNN;
-            else {
-                fm_error_set("--stem: '%s' is not mlp or cnn", optarg);
-                st = FM_ERR_ARG;
-            }
-            break;
+        case 's': st = fm_stem_parse("--stem", optarg, &mc.stem); break;
         case 'b': st = fm_arg_int("--batch", optarg, 1, 4096, &batch); break;
         case 'n': st = fm_arg_int("--steps", optarg, 1, 1000000, &steps); break;
         case 'r': st = fm_arg_int("--repeats", optarg, 1, 1000, &repeats); break;
@@ -131,18 +116,18 @@ static int bench_train(int argc, char **argv)
     double *usps = malloc(sizeof(double) * repeats);
     for (int rep = 0; rep < repeats; rep++) {
         uint64_t f0 = fm_gemm_flops();
-        double t0 = now();
+        double t0 = fm_clock_seconds();
         for (int i = 0; i < steps; i++)
             fm_trainer_step(t, FM_LEVEL_LOWER, x + (size_t)(i % pool) * batch * mc.in_dim, y + (i % pool) * batch,
                             batch);
-        double dt = now() - t0;
+        double dt = fm_clock_seconds() - t0;
         sps[rep] = (double)steps * batch / dt;
         gfl[rep] = (double)(fm_gemm_flops() - f0) / dt / 1e9;
-        t0 = now();
+        t0 = fm_clock_seconds();
         for (int i = 0; i < steps; i++)
             fm_trainer_step(t, FM_LEVEL_UPPER, x + (size_t)(i % pool) * batch * mc.in_dim, y + (i % pool) * batch,
                             batch);
-        usps[rep] = (double)steps * batch / (now() - t0);
+        usps[rep] = (double)steps * batch / (fm_clock_seconds() - t0);
     }
     double peak = sgemm_peak(1024);
     double s = median(sps, repeats), g = median(gfl, repeats), u = median(usps, repeats);

@@ -15,6 +15,7 @@
 #include "fedmoe/model.h"
 #include "fedmoe/rng.h"
 #include "fedmoe/train.h"
+#include "fedmoe/wire.h"
 #include "session.h"
 
 static volatile sig_atomic_t g_stop = 0;
@@ -126,7 +127,7 @@ int main(int argc, char **argv)
             break;
         case O_CONNECT: snprintf(sc.connect, sizeof sc.connect, "%s", optarg); break;
         case O_ID:
-            if (strlen(optarg) == 0 || strlen(optarg) > 63 || strspn(optarg, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != strlen(optarg)) {
+            if (!fm_wire_valid_id(optarg, strlen(optarg))) {
                 fm_error_set("--id: '%s' must be 1 to 63 of [A-Za-z0-9._-]", optarg);
                 st = FM_ERR_ARG;
             } else {
@@ -149,16 +150,7 @@ int main(int argc, char **argv)
             st = fm_arg_int("--min-samples", optarg, 0, 1 << 30, &iv);
             ds.part.min_samples = (size_t)iv;
             break;
-        case O_STEM:
-            if (strcmp(optarg, "mlp") == 0)
-                mc.stem = FM_STEM_MLP;
-            else if (strcmp(optarg, "cnn") == 0)
-                mc.stem = FM_STEM_CNN;
-            else {
-                fm_error_set("--stem: '%s' is not mlp or cnn", optarg);
-                st = FM_ERR_ARG;
-            }
-            break;
+        case O_STEM: st = fm_stem_parse("--stem", optarg, &mc.stem); break;
         case O_SPEC: st = fm_arg_int("--specialists", optarg, 0, 63, &mc.specialists); break;
         case O_GEN: st = fm_arg_int("--generalists", optarg, 0, 63, &mc.generalists); break;
         case O_BLOCKS: st = fm_arg_int("--blocks", optarg, 0, 64, &mc.blocks); break;

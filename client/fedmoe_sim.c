@@ -19,7 +19,9 @@
 #include <unistd.h>
 
 #include "fedmoe/args.h"
+#include "fedmoe/clock.h"
 #include "fedmoe/log.h"
+#include "fedmoe/runspec.h"
 #include "fedmoe/store.h"
 
 extern char **environ;
@@ -58,13 +60,6 @@ static void usage(FILE *f)
             "  --port P              loopback port of the coordinator (default: a free one)\n"
             "  --workdir DIR         logs and client state (default: a new folder in /tmp)\n"
             "  -h, --help            this text\n");
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 /* The sibling program `name`: next to this one, or in ../server, ../client. */
@@ -177,19 +172,16 @@ int main(int argc, char **argv)
         case 'e': st = fm_arg_int("--local-epochs", optarg, 1, 1000, &iv); break;
         case 't': st = fm_arg_double("--round-timeout", optarg, 0.001, 1e7, &dv); break;
         case 'P': st = fm_arg_int("--port", optarg, 1, 65535, &port); break;
-        case 'm':
-            if (strcmp(optarg, "mlp") && strcmp(optarg, "cnn")) {
-                fm_error_set("--stem: '%s' is not mlp or cnn", optarg);
-                st = FM_ERR_ARG;
-            }
+        case 'm': {
+            fm_stem_kind stem;
+            st = fm_stem_parse("--stem", optarg, &stem);
             break;
-        case 's':
-            if (strcmp(optarg, "local") && strcmp(optarg, "fedavg") && strcmp(optarg, "comigs") &&
-                strcmp(optarg, "pfedmoap") && strcmp(optarg, "full")) {
-                fm_error_set("--strategy: '%s' is not one of local, fedavg, comigs, pfedmoap, full", optarg);
-                st = FM_ERR_ARG;
-            }
+        }
+        case 's': {
+            fm_strategy strategy;
+            st = fm_strategy_parse(optarg, &strategy);
             break;
+        }
         case 'd': db = optarg; break;
         case 'D': break;
         case 'w': workdir = optarg; break;
@@ -265,7 +257,7 @@ int main(int argc, char **argv)
         sargv[sn++] = pass[i];
     sargv[sn] = NULL;
     snprintf(log, sizeof log, "%s/server.log", wd);
-    double t0 = now_s();
+    double t0 = fm_clock_seconds();
     pid_t spid = spawn(sargv, log);
     if (spid < 0) {
         fprintf(stderr, "fedmoe-sim: %s\n", fm_error_last());
@@ -333,9 +325,9 @@ int main(int argc, char **argv)
         }
     }
     /* clients leave on the coordinator's Shutdown; give them a moment, then insist */
-    double until = now_s() + 15.0;
+    double until = fm_clock_seconds() + 15.0;
     int left = clients;
-    while (left > 0 && now_s() < until) {
+    while (left > 0 && fm_clock_seconds() < until) {
         left = 0;
         for (int i = 0; i < clients; i++) {
             if (cpids[i] <= 0)
@@ -395,7 +387,7 @@ int main(int argc, char **argv)
             printf("  %-26s %.2f%% (round %d)\n", "best test accuracy", 100.0 * rr[best].test_accuracy, rr[best].round);
             printf("  %-26s %.4f\n", "final mean train loss", rr[n - 1].train_loss);
             printf("  %-26s %.2f s\n", "mean round time", secs / n);
-            printf("  %-26s %.1f s\n", "wall time", now_s() - t0);
+            printf("  %-26s %.1f s\n", "wall time", fm_clock_seconds() - t0);
             printf("  %-26s %.1f MB up, %.1f MB down\n", "traffic", up / 1e6, down / 1e6);
             fm_client_round_row_t *cr;
             int nc;

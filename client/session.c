@@ -9,6 +9,7 @@
 #include <zmq.h>
 
 #include "fedmoe/clientdata.h"
+#include "fedmoe/clock.h"
 #include "fedmoe/log.h"
 #include "fedmoe/rng.h"
 #include "fedmoe/runspec.h"
@@ -34,13 +35,6 @@ typedef struct {
     size_t nvec, nprompt;
     int last_round;         /* last round trained (0: none) */
 } session_t;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 void fm_session_config_default(fm_session_config_t *c)
 {
@@ -164,18 +158,6 @@ static void drop_run(session_t *s)
     s->last_round = 0;
 }
 
-static bool valid_run_id(const char *id)
-{
-    size_t n = strlen(id);
-    if (n == 0 || n > 63)
-        return false;
-    for (size_t i = 0; i < n; i++)
-        if (!((id[i] >= 'a' && id[i] <= 'z') || (id[i] >= 'A' && id[i] <= 'Z') || (id[i] >= '0' && id[i] <= '9') ||
-              id[i] == '-' || id[i] == '_' || id[i] == '.'))
-            return false;
-    return true;
-}
-
 static fm_status handle_welcome(session_t *s, const Fedmoe__Welcome *w)
 {
     if (s->run_id[0] && strcmp(s->run_id, w->run_id) == 0)
@@ -183,7 +165,7 @@ static fm_status handle_welcome(session_t *s, const Fedmoe__Welcome *w)
     if (s->run_id[0])
         fm_info("the coordinator now runs %s; leaving run %s", w->run_id, s->run_id);
     drop_run(s);
-    if (!valid_run_id(w->run_id)) {
+    if (!fm_wire_valid_id(w->run_id, strlen(w->run_id))) {
         fm_error_set("welcome with an unusable run id");
         return FM_ERR_FORMAT;
     }
@@ -278,7 +260,7 @@ static fm_status handle_task(session_t *s, const Fedmoe__Task *t)
     free(nl);
     fm_train_stats_t ts;
     fm_eval_t ev;
-    double t0 = now_s();
+    double t0 = fm_clock_seconds();
     fm_status st = fm_trainer_run(s->trainer, &s->data.train, &s->data.val, s->spec.local_epochs, &ts);
     if (st == FM_OK)
         st = fm_evaluate(s->model, &s->data.test, &ev);
@@ -298,7 +280,7 @@ static fm_status handle_task(session_t *s, const Fedmoe__Task *t)
     m.generalist_share = (float)ev.generalist_share;
     m.test_samples = ev.n;
     m.test_correct = ev.correct;
-    m.seconds = now_s() - t0;
+    m.seconds = fm_clock_seconds() - t0;
     up.metrics = &m;
     bool built = true;
     if (s->spec.strategy != FM_STRATEGY_LOCAL) {
@@ -352,7 +334,7 @@ fm_status fm_session_run(const fm_session_config_t *cfg, volatile sig_atomic_t *
     }
     fm_info("client %s connecting to %s", cfg->id, cfg->connect);
     send_hello(&s);
-    double last_hello = now_s(), last_beat = now_s(), started = now_s();
+    double last_hello = fm_clock_seconds(), last_beat = fm_clock_seconds(), started = fm_clock_seconds();
     while (!*stop) {
         zmq_pollitem_t item = {s.sock, 0, ZMQ_POLLIN, 0};
         if (zmq_poll(&item, 1, 500) < 0 && zmq_errno() != EINTR) {
@@ -360,7 +342,7 @@ fm_status fm_session_run(const fm_session_config_t *cfg, volatile sig_atomic_t *
             st = FM_ERR_IO;
             break;
         }
-        double now = now_s();
+        double now = fm_clock_seconds();
         if (!s.run_id[0]) {
             if (cfg->connect_timeout > 0 && now - started > cfg->connect_timeout) {
                 fm_error_set("no welcome from %s within %.0f s", cfg->connect, cfg->connect_timeout);

@@ -9,6 +9,7 @@
 #include <zmq.h>
 
 #include "fedmoe/aggregate.h"
+#include "fedmoe/clock.h"
 #include "fedmoe/log.h"
 #include "fedmoe/rng.h"
 #include "fedmoe/store.h"
@@ -52,13 +53,6 @@ typedef struct {
     char started_at[32];
     int64_t bytes_up, bytes_down;
 } coord_t;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 void fm_server_config_default(fm_server_config_t *c)
 {
@@ -224,21 +218,8 @@ static client_t *add_client(coord_t *c, const char *id)
     memset(cl, 0, sizeof *cl);
     snprintf(cl->id, sizeof cl->id, "%s", id);
     cl->partition = -1;
-    fm_store_now(cl->first_seen);
+    fm_clock_utc(cl->first_seen);
     return cl;
-}
-
-static bool valid_id(const char *id, size_t n)
-{
-    if (n == 0 || n > 63)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char ch = id[i];
-        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '-' ||
-              ch == '_' || ch == '.'))
-            return false;
-    }
-    return true;
 }
 
 static int free_partition(coord_t *c)
@@ -307,7 +288,7 @@ static void handle_hello(coord_t *c, const char *id, const Fedmoe__Hello *h)
     fm_client_row_t row = {0};
     snprintf(row.id, sizeof row.id, "%s", cl->id);
     snprintf(row.first_seen, sizeof row.first_seen, "%s", cl->first_seen);
-    fm_store_now(row.last_seen);
+    fm_clock_utc(row.last_seen);
     row.specialists = cl->specialists;
     row.partition_index = part;
     row.train_samples = (int64_t)h->train_samples;
@@ -436,9 +417,9 @@ static void try_start_round(coord_t *c)
     fm_aggregator_reset(c->agg_prompt);
     c->bytes_up = c->bytes_down = 0;
     c->in_round = true;
-    c->started = now_s();
+    c->started = fm_clock_seconds();
     c->deadline = c->started + c->cfg->round_timeout;
-    fm_store_now(c->started_at);
+    fm_clock_utc(c->started_at);
     for (int s = 0; s < want; s++) {
         client_t *cl = &c->clients[cand[s]];
         cl->selected = true;
@@ -554,7 +535,7 @@ static fm_status close_round(coord_t *c)
     fm_round_row_t r = {0};
     r.round = c->round;
     snprintf(r.started_at, sizeof r.started_at, "%s", c->started_at);
-    fm_store_now(r.finished_at);
+    fm_clock_utc(r.finished_at);
     r.selected = selected;
     r.completed = completed;
     r.dropped = selected - completed;
@@ -578,7 +559,7 @@ static fm_status close_round(coord_t *c)
     r.test_accuracy = sn > 0 ? corr / sn : 0.0;
     r.bytes_up = c->bytes_up;
     r.bytes_down = c->bytes_down;
-    r.seconds = now_s() - c->started;
+    r.seconds = fm_clock_seconds() - c->started;
     /* the pool takes this round's prompts only once the round commits */
     float **old = calloc(c->nclients ? c->nclients : 1, sizeof(float *));
     if (!old) {
@@ -706,7 +687,7 @@ static fm_status start_or_resume(coord_t *c)
     fm_rng_t r;
     fm_rng_init(&r, (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32), 0);
     char stamp[32];
-    fm_store_now(stamp);
+    fm_clock_utc(stamp);
     snprintf(c->run_id, sizeof c->run_id, "run-%.4s%.2s%.2s-%.2s%.2s%.2s-%04x", stamp, stamp + 5, stamp + 8,
              stamp + 11, stamp + 14, stamp + 17, fm_rng_u32(&r) & 0xffff);
     c->round = 1;
@@ -756,7 +737,7 @@ static void drain(coord_t *c)
         }
         char id[64] = "";
         size_t idn = zmq_msg_size(&idm);
-        bool id_ok = valid_id(zmq_msg_data(&idm), idn);
+        bool id_ok = fm_wire_valid_id(zmq_msg_data(&idm), idn);
         if (id_ok)
             memcpy(id, zmq_msg_data(&idm), idn);
         zmq_msg_init(&msg);
@@ -873,17 +854,17 @@ fm_status fm_coordinator_run(const fm_server_config_t *cfg, volatile sig_atomic_
     while (!*stop && c.round <= cfg->rounds) {
         if (!c.in_round)
             try_start_round(&c);
-        if (!c.in_round && now_s() - waiting_logged > 10.0) {
+        if (!c.in_round && fm_clock_seconds() - waiting_logged > 10.0) {
             int connected = 0;
             for (int i = 0; i < c.nclients; i++)
                 connected += c.clients[i].connected;
             fm_info("round %d: waiting for clients (%d connected, %d needed)", c.round, connected, cfg->min_clients);
-            waiting_logged = now_s();
+            waiting_logged = fm_clock_seconds();
         }
         zmq_pollitem_t item = {c.sock, 0, ZMQ_POLLIN, 0};
         long timeout = POLL_MS;
         if (c.in_round) {
-            double left = c.deadline - now_s();
+            double left = c.deadline - fm_clock_seconds();
             timeout = left <= 0 ? 0 : (long)fmin(POLL_MS, left * 1000.0 + 1);
         }
         if (zmq_poll(&item, 1, timeout) < 0 && zmq_errno() != EINTR) {
@@ -897,7 +878,7 @@ fm_status fm_coordinator_run(const fm_server_config_t *cfg, volatile sig_atomic_
             bool all = true;
             for (int i = 0; i < c.nclients; i++)
                 all &= !c.clients[i].selected || c.clients[i].done;
-            if (all || now_s() >= c.deadline) {
+            if (all || fm_clock_seconds() >= c.deadline) {
                 if (!all)
                     fm_warn("round %d: deadline passed", c.round);
                 if ((st = close_round(&c)) != FM_OK)

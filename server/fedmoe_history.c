@@ -332,6 +332,24 @@ static int cmd_plot(fm_store_t *st, const char *out, char **runs, int nruns)
     return rc;
 }
 
+/* Reads options up to the next argument; returns an exit status to stop with, or -1. */
+static int parse_options(int argc, char **argv, const struct option *opts, const char **db, const char **format,
+                         const char **table, const char **out)
+{
+    int c;
+    while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'd': *db = optarg; break;
+        case 'f': *format = optarg; break;
+        case 't': *table = optarg; break;
+        case 'o': *out = optarg; break;
+        case 'h': usage(stdout); return 0;
+        default: fprintf(stderr, "fedmoe-history: unknown or incomplete option '%s' (see --help)\n", argv[optind - 1]); return 2;
+        }
+    }
+    return -1;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {{"db", required_argument, 0, 'd'},     {"format", required_argument, 0, 'f'},
@@ -339,33 +357,17 @@ int main(int argc, char **argv)
                                          {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
     const char *db = "fedmoe.db", *format = "csv", *table = "rounds", *out = NULL;
     opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'd': db = optarg; break;
-        case 'f': format = optarg; break;
-        case 't': table = optarg; break;
-        case 'o': out = optarg; break;
-        case 'h': usage(stdout); return 0;
-        default: fprintf(stderr, "fedmoe-history: unknown or incomplete option '%s' (see --help)\n", argv[optind - 1]); return 2;
-        }
-    }
+    int rc = parse_options(argc, argv, opts, &db, &format, &table, &out);
+    if (rc >= 0)
+        return rc;
     if (optind >= argc) {
         fprintf(stderr, "fedmoe-history: a command is needed: runs, rounds, clients, export or plot (see --help)\n");
         return 2;
     }
     const char *cmd = argv[optind++];
     /* options may also follow the command */
-    while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'd': db = optarg; break;
-        case 'f': format = optarg; break;
-        case 't': table = optarg; break;
-        case 'o': out = optarg; break;
-        case 'h': usage(stdout); return 0;
-        default: fprintf(stderr, "fedmoe-history: unknown or incomplete option '%s' (see --help)\n", argv[optind - 1]); return 2;
-        }
-    }
+    if ((rc = parse_options(argc, argv, opts, &db, &format, &table, &out)) >= 0)
+        return rc;
     char **rest = argv + optind;
     int nrest = argc - optind;
     bool known = !strcmp(cmd, "runs") || !strcmp(cmd, "rounds") || !strcmp(cmd, "clients") || !strcmp(cmd, "export") ||
@@ -404,7 +406,6 @@ int main(int argc, char **argv)
     fm_store_t *st = NULL;
     if (fm_store_open(&st, db, true) != FM_OK)
         return fail();
-    int rc;
     if (!strcmp(cmd, "runs"))
         rc = cmd_runs(st);
     else if (!strcmp(cmd, "rounds"))

@@ -100,14 +100,9 @@ static fm_status apply(fm_server_config_t *c, const char *name, const char *v)
         s->part.kind = FM_PARTITION_PATHOLOGICAL;
     } else if (!strcmp(name, "iid"))
         s->part.kind = FM_PARTITION_IID;
-    else if (!strcmp(name, "stem")) {
-        if (!strcmp(v, "mlp") || !strcmp(v, "cnn"))
-            s->model.stem = v[0] == 'c' ? FM_STEM_CNN : FM_STEM_MLP;
-        else {
-            fm_error_set("%s: '%s' is not mlp or cnn", flag, v);
-            st = FM_ERR_ARG;
-        }
-    } else if (!strcmp(name, "specialists"))
+    else if (!strcmp(name, "stem"))
+        st = fm_stem_parse(flag, v, &s->model.stem);
+    else if (!strcmp(name, "specialists"))
         st = fm_arg_int(flag, v, 0, 63, &s->model.specialists);
     else if (!strcmp(name, "local-epochs") || !strcmp(name, "local_epochs"))
         st = fm_arg_int(flag, v, 1, 1000, &s->local_epochs);

@@ -1,8 +1,9 @@
 #include "fedmoe/log.h"
 
+#include "fedmoe/clock.h"
+
 #include <stdarg.h>
 #include <stdio.h>
-#include <time.h>
 
 static fm_log_level g_level = FM_LOG_INFO;
 static _Thread_local char g_error[512];
@@ -14,18 +15,14 @@ void fm_log(fm_log_level level, const char *fmt, ...)
     static const char *names[] = {"DEBUG", "INFO", "WARN", "ERROR"};
     if (level < g_level)
         return;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    struct tm tm;
-    gmtime_r(&ts.tv_sec, &tm);
     char stamp[32];
-    strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &tm);
+    fm_clock_utc(stamp);
     char line[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "%s.%03ldZ %-5s %s\n", stamp, ts.tv_nsec / 1000000, names[level], line);
+    fprintf(stderr, "%s %-5s %s\n", stamp, names[level], line);
 }
 
 void fm_error_set(const char *fmt, ...)

@@ -77,6 +77,19 @@ struct fm_model {
     float *dto, *dga, *dv;
 };
 
+fm_status fm_stem_parse(const char *flag, const char *name, fm_stem_kind *out)
+{
+    if (strcmp(name, "mlp") == 0)
+        *out = FM_STEM_MLP;
+    else if (strcmp(name, "cnn") == 0)
+        *out = FM_STEM_CNN;
+    else {
+        fm_error_set("%s: '%s' is not mlp or cnn", flag, name);
+        return FM_ERR_ARG;
+    }
+    return FM_OK;
+}
+
 void fm_model_config_default(fm_model_config_t *c)
 {
     memset(c, 0, sizeof *c);

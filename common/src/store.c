@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "fedmoe/clock.h"
 #include "fedmoe/log.h"
 
 struct fm_store {
@@ -40,17 +40,6 @@ static fm_status db_error(fm_store_t *s, const char *what)
 {
     fm_error_set("%s: %s: %s", s->path, what, sqlite3_errmsg(s->db));
     return FM_ERR_IO;
-}
-
-void fm_store_now(char out[32])
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    struct tm tm;
-    gmtime_r(&ts.tv_sec, &tm);
-    char base[24];
-    strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(out, 32, "%.20s.%03dZ", base, (int)(ts.tv_nsec / 1000000) % 1000);
 }
 
 void fm_sha256_hex(const uint8_t *data, size_t len, char out[65])
@@ -131,7 +120,7 @@ fm_status fm_store_create_run(fm_store_t *s, const char *run_id, const char *con
                         " VALUES (?, ?, ?, ?, ?, 'running', ?)") != FM_OK)
         return FM_ERR_IO;
     char now[32];
-    fm_store_now(now);
+    fm_clock_utc(now);
     sqlite3_bind_text(st, 1, run_id, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 2, now, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 3, config_json, -1, SQLITE_TRANSIENT);
@@ -150,7 +139,7 @@ fm_status fm_store_set_run_status(fm_store_t *s, const char *run_id, const char 
                         " WHERE id = ?") != FM_OK)
         return FM_ERR_IO;
     char now[32];
-    fm_store_now(now);
+    fm_clock_utc(now);
     sqlite3_bind_text(st, 1, status, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 2, status, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 3, now, -1, SQLITE_TRANSIENT);

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "fedmoe/clock.h"
 #include "fedmoe/log.h"
 #include "fedmoe/rng.h"
 
@@ -142,13 +143,6 @@ static int next_val_batch(fm_trainer_t *t, const fm_dataset_t *val)
     return B;
 }
 
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 fm_status fm_trainer_run(fm_trainer_t *t, const fm_dataset_t *train, const fm_dataset_t *val, int epochs,
                          fm_train_stats_t *out)
 {
@@ -161,7 +155,7 @@ fm_status fm_trainer_run(fm_trainer_t *t, const fm_dataset_t *train, const fm_da
         fm_error_set("train: no training examples");
         return FM_ERR_ARG;
     }
-    double t0 = now_seconds();
+    double t0 = fm_clock_seconds();
     if (ensure_u32(&t->order, &t->order_cap, train->n))
         return FM_ERR_NOMEM;
     bool upper = val && val->n > 0 && t->cfg.router_steps > 0;
@@ -199,7 +193,7 @@ fm_status fm_trainer_run(fm_trainer_t *t, const fm_dataset_t *train, const fm_da
     out->val_loss = vcount ? vsum / vcount : 0.0;
     out->lower_steps = lcount;
     out->upper_steps = vcount;
-    out->seconds = now_seconds() - t0;
+    out->seconds = fm_clock_seconds() - t0;
     return FM_OK;
 }
 

@@ -46,6 +46,9 @@ typedef struct {
     bool gating_on_validation; /* train the gating in the upper level instead of the lower */
 } fm_model_config_t;
 
+/* "mlp" or "cnn"; FM_ERR_ARG with a reason naming flag otherwise. */
+fm_status fm_stem_parse(const char *flag, const char *name, fm_stem_kind *out);
+
 /* The defaults of DESIGN section 2. */
 void fm_model_config_default(fm_model_config_t *c);
 /* Checks sizes; on error records a reason (fm_error_last) and returns FM_ERR_ARG. */

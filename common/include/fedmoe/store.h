@@ -85,8 +85,6 @@ fm_status fm_store_list_clients(fm_store_t *s, const char *run_id, fm_client_row
 fm_status fm_store_latest_checkpoint(fm_store_t *s, const char *run_id, int *round, uint8_t **blob, size_t *len,
                                      bool *found);
 
-/* Current UTC time as ISO 8601 with milliseconds. */
-void fm_store_now(char out[32]);
 /* Lowercase hex SHA-256 of data. */
 void fm_sha256_hex(const uint8_t *data, size_t len, char out[65]);
 

@@ -8,6 +8,7 @@
 #ifndef FEDMOE_WIRE_H
 #define FEDMOE_WIRE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -29,6 +30,9 @@ typedef enum {
     FM_WIRE_BAD_VALUE = 8,      /* NaN / Inf, or absurd counts */
     FM_WIRE_REJECTED = 9,       /* a valid message the coordinator will not accept (e.g. wrong model) */
 } fm_wire_code;
+
+/* Whether id (n bytes) is a usable client or run id: 1 to 63 of [A-Za-z0-9._-]. */
+bool fm_wire_valid_id(const char *id, size_t n);
 
 /* The code of the last rejection by this module (thread-local). */
 fm_wire_code fm_wire_last_code(void);
