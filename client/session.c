@@ -22,6 +22,13 @@
 #define STATE_VERSION 1u
 
 typedef struct {
+    int round;              /* -1: empty */
+    float *a[FM_GROUP_COUNT][3];
+    int64_t steps[2];
+    fm_rng_t rng;
+} snapshot_t;
+
+typedef struct {
     const fm_session_config_t *cfg;
     void *ctx, *sock;
     char run_id[64];
@@ -34,6 +41,8 @@ typedef struct {
     float *vec;             /* federated vector scratch */
     size_t nvec, nprompt;
     int last_round;         /* last round trained (0: none) */
+    snapshot_t pre;         /* the state from before round pre.round (= last_round) */
+    double last_beat;
 } session_t;
 
 void fm_session_config_default(fm_session_config_t *c)
@@ -72,7 +81,84 @@ static void state_path(const session_t *s, char *out, size_t cap)
     snprintf(out, cap, "%s/%s.%s.state", s->cfg->state_dir, s->run_id, s->cfg->id);
 }
 
-/* Writes every group (weights and moments) and the step counts; atomically. */
+/* Everything a round changes on a client: every group's weights and moments, the
+ * AdamW step counts and the shuffling generator. */
+static void snap_free(snapshot_t *n)
+{
+    for (int g = 0; g < FM_GROUP_COUNT; g++)
+        for (int k = 0; k < 3; k++) {
+            free(n->a[g][k]);
+            n->a[g][k] = NULL;
+        }
+    n->round = -1;
+}
+
+static fm_status snap_take(session_t *s, snapshot_t *n, int round)
+{
+    fm_params_t *ps = fm_model_params(s->model);
+    for (int g = 0; g < FM_GROUP_COUNT; g++) {
+        size_t sz = ps->groups[g].size;
+        const float *src[3] = {ps->groups[g].w, ps->groups[g].m, ps->groups[g].v};
+        for (int k = 0; k < 3; k++) {
+            if (!n->a[g][k] && !(n->a[g][k] = malloc(4 * (sz ? sz : 1))))
+                return FM_ERR_NOMEM;
+            memcpy(n->a[g][k], src[k], 4 * sz);
+        }
+    }
+    n->steps[0] = fm_trainer_steps(s->trainer, FM_LEVEL_LOWER);
+    n->steps[1] = fm_trainer_steps(s->trainer, FM_LEVEL_UPPER);
+    n->rng = *fm_trainer_rng(s->trainer);
+    n->round = round;
+    return FM_OK;
+}
+
+static void snap_restore(session_t *s, const snapshot_t *n)
+{
+    fm_params_t *ps = fm_model_params(s->model);
+    for (int g = 0; g < FM_GROUP_COUNT; g++) {
+        size_t sz = ps->groups[g].size;
+        float *dst[3] = {ps->groups[g].w, ps->groups[g].m, ps->groups[g].v};
+        for (int k = 0; k < 3; k++)
+            memcpy(dst[k], n->a[g][k], 4 * sz);
+    }
+    fm_trainer_set_steps(s->trainer, (long)n->steps[0], (long)n->steps[1]);
+    *fm_trainer_rng(s->trainer) = n->rng;
+}
+
+static bool snap_write(FILE *f, session_t *s, const snapshot_t *n)
+{
+    fm_params_t *ps = fm_model_params(s->model);
+    int32_t round = n->round;
+    bool ok = fwrite(&round, 4, 1, f) == 1 && fwrite(n->steps, sizeof n->steps, 1, f) == 1 &&
+              fwrite(&n->rng, sizeof n->rng, 1, f) == 1;
+    for (int g = 0; g < FM_GROUP_COUNT && ok; g++) {
+        uint64_t sz = ps->groups[g].size;
+        ok = fwrite(&sz, 8, 1, f) == 1;
+        for (int k = 0; k < 3 && ok; k++)
+            ok = fwrite(n->a[g][k], 4, sz, f) == sz;
+    }
+    return ok;
+}
+
+static bool snap_read(FILE *f, session_t *s, snapshot_t *n)
+{
+    fm_params_t *ps = fm_model_params(s->model);
+    int32_t round;
+    bool ok = fread(&round, 4, 1, f) == 1 && fread(n->steps, sizeof n->steps, 1, f) == 1 &&
+              fread(&n->rng, sizeof n->rng, 1, f) == 1;
+    for (int g = 0; g < FM_GROUP_COUNT && ok; g++) {
+        uint64_t sz;
+        ok = fread(&sz, 8, 1, f) == 1 && sz == ps->groups[g].size;
+        for (int k = 0; k < 3 && ok; k++)
+            ok = (n->a[g][k] || (n->a[g][k] = malloc(4 * (sz ? sz : 1)))) && fread(n->a[g][k], 4, sz, f) == sz;
+    }
+    n->round = round;
+    return ok;
+}
+
+/* The state file holds the state after the last trained round and the state from
+ * before it, so a round the coordinator sends again is trained from the same
+ * starting point. Written to a temporary file and renamed. */
 static void save_state(session_t *s)
 {
     if (!s->cfg->state_dir[0])
@@ -85,15 +171,13 @@ static void save_state(session_t *s)
         fm_warn("cannot write %s: %s", tmp, strerror(errno));
         return;
     }
-    fm_params_t *ps = fm_model_params(s->model);
-    uint32_t hdr[3] = {STATE_MAGIC, STATE_VERSION, (uint32_t)s->last_round};
-    int64_t steps[2] = {fm_trainer_steps(s->trainer, FM_LEVEL_LOWER), fm_trainer_steps(s->trainer, FM_LEVEL_UPPER)};
-    bool ok = fwrite(hdr, sizeof hdr, 1, f) == 1 && fwrite(steps, sizeof steps, 1, f) == 1;
-    for (int g = 0; g < FM_GROUP_COUNT && ok; g++) {
-        uint64_t n = ps->groups[g].size;
-        ok = fwrite(&n, 8, 1, f) == 1 && fwrite(ps->groups[g].w, 4, n, f) == n && fwrite(ps->groups[g].m, 4, n, f) == n &&
-             fwrite(ps->groups[g].v, 4, n, f) == n;
-    }
+    snapshot_t now = {.round = s->last_round};
+    bool ok = snap_take(s, &now, s->last_round) == FM_OK;
+    uint32_t hdr[2] = {STATE_MAGIC, STATE_VERSION};
+    uint8_t has_pre = s->pre.round >= 0;
+    ok = ok && fwrite(hdr, sizeof hdr, 1, f) == 1 && snap_write(f, s, &now) && fwrite(&has_pre, 1, 1, f) == 1 &&
+         (!has_pre || snap_write(f, s, &s->pre));
+    snap_free(&now);
     ok = (fclose(f) == 0) && ok;
     if (!ok || rename(tmp, path) != 0) {
         fm_warn("cannot write %s", path);
@@ -110,39 +194,28 @@ static void load_state(session_t *s)
     FILE *f = fopen(path, "rb");
     if (!f)
         return;
-    fm_params_t *ps = fm_model_params(s->model);
-    uint32_t hdr[3];
-    int64_t steps[2];
+    uint32_t hdr[2];
+    snapshot_t now = {.round = -1}, pre = {.round = -1};
+    uint8_t has_pre = 0;
     bool ok = fread(hdr, sizeof hdr, 1, f) == 1 && hdr[0] == STATE_MAGIC && hdr[1] == STATE_VERSION &&
-              fread(steps, sizeof steps, 1, f) == 1;
-    /* read into scratch first so a bad file changes nothing */
-    float *buf[FM_GROUP_COUNT][3] = {{0}};
-    for (int g = 0; g < FM_GROUP_COUNT && ok; g++) {
-        uint64_t n;
-        ok = fread(&n, 8, 1, f) == 1 && n == ps->groups[g].size;
-        for (int k = 0; k < 3 && ok; k++) {
-            buf[g][k] = malloc(4 * (n ? n : 1));
-            ok = buf[g][k] && fread(buf[g][k], 4, n, f) == n;
-        }
-    }
-    ok = ok && fgetc(f) == EOF;
+              snap_read(f, s, &now) && fread(&has_pre, 1, 1, f) == 1 && (!has_pre || snap_read(f, s, &pre)) &&
+              fgetc(f) == EOF;
     fclose(f);
     if (ok) {
-        for (int g = 0; g < FM_GROUP_COUNT; g++) {
-            size_t n = ps->groups[g].size;
-            memcpy(ps->groups[g].w, buf[g][0], 4 * n);
-            memcpy(ps->groups[g].m, buf[g][1], 4 * n);
-            memcpy(ps->groups[g].v, buf[g][2], 4 * n);
-        }
-        fm_trainer_set_steps(s->trainer, steps[0], steps[1]);
-        s->last_round = (int)hdr[2];
-        fm_info("restored local state of round %d from %s", s->last_round, path);
+        snap_restore(s, &now);
+        s->last_round = now.round;
+        snap_free(&s->pre);
+        s->pre = pre;
+        pre.round = -1;
+        for (int g = 0; g < FM_GROUP_COUNT; g++)
+            for (int k = 0; k < 3; k++)
+                pre.a[g][k] = NULL;
+        fm_info("restored local state after round %d from %s", s->last_round, path);
     } else {
         fm_warn("%s is not a usable state file for this run; starting fresh", path);
     }
-    for (int g = 0; g < FM_GROUP_COUNT; g++)
-        for (int k = 0; k < 3; k++)
-            free(buf[g][k]);
+    snap_free(&now);
+    snap_free(&pre);
 }
 
 static void drop_run(session_t *s)
@@ -156,7 +229,28 @@ static void drop_run(session_t *s)
     s->vec = NULL;
     s->run_id[0] = 0;
     s->last_round = 0;
+    snap_free(&s->pre);
 }
+
+/* A heartbeat when one is due; also called between training steps, so a client
+ * busy with a long local step is not taken for dead. */
+static void beat_if_due(session_t *s)
+{
+    double now = fm_clock_seconds();
+    if (now - s->last_beat < HEARTBEAT_S)
+        return;
+    Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
+    Fedmoe__Heartbeat hb = FEDMOE__HEARTBEAT__INIT;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    hb.unix_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+    env.body_case = FEDMOE__ENVELOPE__BODY_HEARTBEAT;
+    env.heartbeat = &hb;
+    fm_wire_send(s->sock, NULL, &env);
+    s->last_beat = now;
+}
+
+static void on_progress(void *user) { beat_if_due(user); }
 
 static fm_status handle_welcome(session_t *s, const Fedmoe__Welcome *w)
 {
@@ -200,6 +294,7 @@ static fm_status handle_welcome(session_t *s, const Fedmoe__Welcome *w)
     if ((st = fm_model_new(&s->model, &s->spec.model, s->spec.seed, stream)) != FM_OK ||
         (st = fm_trainer_new(&s->trainer, s->model, &s->spec.train, s->spec.seed, stream)) != FM_OK)
         return st;
+    fm_trainer_set_progress(s->trainer, on_progress, s, 10);
     s->nvec = fm_federated_size(s->model, s->spec.strategy);
     s->nprompt = (size_t)s->spec.model.prompt_len * s->spec.model.prompt_dim;
     if (!(s->vec = malloc(sizeof(float) * (s->nvec + 1))))
@@ -212,6 +307,7 @@ static fm_status handle_welcome(session_t *s, const Fedmoe__Welcome *w)
     send_hello(s); /* again, now with sample counts */
     return FM_OK;
 }
+
 
 static void reply_error(session_t *s, fm_wire_code code, const char *text)
 {
@@ -250,6 +346,19 @@ static fm_status handle_task(session_t *s, const Fedmoe__Task *t)
         free(gp);
         free(nl);
         return FM_OK;
+    }
+    /* exactly once: a round sent again (the coordinator lost it) is trained again
+     * from the state before it, not from the state it produced */
+    if ((int)t->round == s->last_round && s->pre.round == (int)t->round) {
+        fm_info("round %u again: restoring the state from before it", t->round);
+        snap_restore(s, &s->pre);
+    } else if ((int)t->round <= s->last_round) {
+        fm_warn("round %u is older than the last trained round %d; training from the current state", t->round,
+                s->last_round);
+    } else if (snap_take(s, &s->pre, (int)t->round) != FM_OK) {
+        free(gp);
+        free(nl);
+        return FM_ERR_NOMEM;
     }
     if (s->spec.strategy != FM_STRATEGY_LOCAL)
         fm_federated_unpack(s->model, s->spec.strategy, s->vec);
@@ -313,6 +422,7 @@ fm_status fm_session_run(const fm_session_config_t *cfg, volatile sig_atomic_t *
 {
     session_t s = {0};
     s.cfg = cfg;
+    s.pre.round = -1;
     s.partition = cfg->partition_index;
     fm_status st = FM_OK;
     s.ctx = zmq_ctx_new();
@@ -327,6 +437,9 @@ fm_status fm_session_run(const fm_session_config_t *cfg, volatile sig_atomic_t *
     zmq_setsockopt(s.sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
     zmq_setsockopt(s.sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
     zmq_setsockopt(s.sock, ZMQ_LINGER, &linger, sizeof linger);
+    int hb_ivl = 2000, hb_timeout = 10000;
+    zmq_setsockopt(s.sock, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof hb_ivl);
+    zmq_setsockopt(s.sock, ZMQ_HEARTBEAT_TIMEOUT, &hb_timeout, sizeof hb_timeout);
     if (zmq_connect(s.sock, cfg->connect) != 0) {
         fm_error_set("cannot connect to %s: %s", cfg->connect, zmq_strerror(zmq_errno()));
         st = FM_ERR_ARG;
@@ -334,7 +447,7 @@ fm_status fm_session_run(const fm_session_config_t *cfg, volatile sig_atomic_t *
     }
     fm_info("client %s connecting to %s", cfg->id, cfg->connect);
     send_hello(&s);
-    double last_hello = fm_clock_seconds(), last_beat = fm_clock_seconds(), started = fm_clock_seconds();
+    double last_hello = fm_clock_seconds(), started = fm_clock_seconds();
     while (!*stop) {
         zmq_pollitem_t item = {s.sock, 0, ZMQ_POLLIN, 0};
         if (zmq_poll(&item, 1, 500) < 0 && zmq_errno() != EINTR) {
@@ -353,16 +466,8 @@ fm_status fm_session_run(const fm_session_config_t *cfg, volatile sig_atomic_t *
                 send_hello(&s);
                 last_hello = now;
             }
-        } else if (now - last_beat > HEARTBEAT_S) {
-            Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
-            Fedmoe__Heartbeat hb = FEDMOE__HEARTBEAT__INIT;
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            hb.unix_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-            env.body_case = FEDMOE__ENVELOPE__BODY_HEARTBEAT;
-            env.heartbeat = &hb;
-            fm_wire_send(s.sock, NULL, &env);
-            last_beat = now;
+        } else {
+            beat_if_due(&s);
         }
         if (!(item.revents & ZMQ_POLLIN))
             continue;
@@ -389,6 +494,8 @@ fm_status fm_session_run(const fm_session_config_t *cfg, volatile sig_atomic_t *
             break;
         case FEDMOE__ENVELOPE__BODY_ERROR:
             fm_warn("coordinator error %u: %.300s", env->error->code, env->error->text);
+            if (env->error->code == FM_WIRE_UNKNOWN_CLIENT) /* a restarted coordinator: introduce ourselves */
+                send_hello(&s);
             if (env->error->code == FM_WIRE_REJECTED || env->error->code == FM_WIRE_VERSION) {
                 fm_error_set("rejected by the coordinator: %.300s", env->error->text);
                 st = FM_ERR_ARG;

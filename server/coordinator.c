@@ -25,7 +25,8 @@ typedef struct {
     int partition;
     int specialists;
     uint64_t train_samples, val_samples, test_samples;
-    bool connected;
+    bool connected;         /* said hello to this coordinator and not silent since */
+    double last_seen;       /* monotonic seconds of its last message */
     char first_seen[32];
     float *prompt;          /* committed pool entry, or NULL */
     /* this round */
@@ -63,6 +64,7 @@ void fm_server_config_default(fm_server_config_t *c)
     c->min_clients = 2;
     c->fraction = 1.0;
     c->round_timeout = 600.0;
+    c->client_timeout = 30.0;
     fm_run_spec_default(&c->spec);
 }
 
@@ -285,6 +287,7 @@ static void handle_hello(coord_t *c, const char *id, const Fedmoe__Hello *h)
     cl->test_samples = h->test_samples;
     bool was = cl->connected;
     cl->connected = true;
+    cl->last_seen = fm_clock_seconds();
     fm_client_row_t row = {0};
     snprintf(row.id, sizeof row.id, "%s", cl->id);
     snprintf(row.first_seen, sizeof row.first_seen, "%s", cl->first_seen);
@@ -511,6 +514,21 @@ static void handle_update(coord_t *c, client_t *cl, const Fedmoe__Update *u, siz
              (unsigned long long)u->train_samples, m->test_accuracy);
 }
 
+/* Clients silent for longer than the client timeout are taken as gone: not
+ * selected, and not waited for in the round they were selected for. */
+static void sweep_silent(coord_t *c)
+{
+    double now = fm_clock_seconds();
+    for (int i = 0; i < c->nclients; i++) {
+        client_t *cl = &c->clients[i];
+        if (cl->connected && now - cl->last_seen > c->cfg->client_timeout) {
+            cl->connected = false;
+            fm_warn("client %s silent for %.0f s: taken as gone%s", cl->id, now - cl->last_seen,
+                    c->in_round && cl->selected && !cl->done ? " (dropped from this round)" : "");
+        }
+    }
+}
+
 /* Closes the round: aggregates and commits, or (short of the quorum) runs it again. */
 static fm_status close_round(coord_t *c)
 {
@@ -707,6 +725,12 @@ static void handle_message(coord_t *c, const char *id, const uint8_t *data, size
         return;
     }
     client_t *cl = find_client(c, id);
+    if (cl && env->body_case != FEDMOE__ENVELOPE__BODY_HELLO && cl->last_seen > 0) {
+        if (!cl->connected)
+            fm_info("client %s is back", id);
+        cl->connected = true;
+        cl->last_seen = fm_clock_seconds();
+    }
     switch (env->body_case) {
     case FEDMOE__ENVELOPE__BODY_HELLO: handle_hello(c, id, env->hello); break;
     case FEDMOE__ENVELOPE__BODY_UPDATE:
@@ -806,8 +830,8 @@ fm_status fm_coordinator_run(const fm_server_config_t *cfg, volatile sig_atomic_
     if (st != FM_OK)
         return st;
     if (cfg->rounds < 1 || cfg->min_clients < 1 || !(cfg->fraction > 0.0 && cfg->fraction <= 1.0) ||
-        !(cfg->round_timeout > 0.0)) {
-        fm_error_set("rounds and min-clients must be at least 1, fraction in (0, 1], round timeout positive");
+        !(cfg->round_timeout > 0.0) || !(cfg->client_timeout > 0.0)) {
+        fm_error_set("rounds and min-clients must be at least 1, fraction in (0, 1], timeouts positive");
         return FM_ERR_ARG;
     }
     if ((st = fm_model_new(&c.tmpl, &c.spec.model, c.spec.seed, FM_STREAM_INIT)) != FM_OK)
@@ -844,6 +868,9 @@ fm_status fm_coordinator_run(const fm_server_config_t *cfg, volatile sig_atomic_
     zmq_setsockopt(c.sock, ZMQ_ROUTER_HANDOVER, &one, sizeof one);
     zmq_setsockopt(c.sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
     zmq_setsockopt(c.sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    int hb_ivl = 2000, hb_timeout = 10000;
+    zmq_setsockopt(c.sock, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof hb_ivl);
+    zmq_setsockopt(c.sock, ZMQ_HEARTBEAT_TIMEOUT, &hb_timeout, sizeof hb_timeout);
     if (zmq_bind(c.sock, cfg->bind) != 0) {
         fm_error_set("cannot bind %s: %s", cfg->bind, zmq_strerror(zmq_errno()));
         st = FM_ERR_IO;
@@ -874,10 +901,11 @@ fm_status fm_coordinator_run(const fm_server_config_t *cfg, volatile sig_atomic_
         }
         if (item.revents & ZMQ_POLLIN)
             drain(&c);
+        sweep_silent(&c);
         if (c.in_round) {
             bool all = true;
             for (int i = 0; i < c.nclients; i++)
-                all &= !c.clients[i].selected || c.clients[i].done;
+                all &= !c.clients[i].selected || c.clients[i].done || !c.clients[i].connected;
             if (all || fm_clock_seconds() >= c.deadline) {
                 if (!all)
                     fm_warn("round %d: deadline passed", c.round);

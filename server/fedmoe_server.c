@@ -36,6 +36,8 @@ static void usage(FILE *f)
             "  --min-clients N       clients a round needs and its quorum (default 2)\n"
             "  --fraction F          fraction of connected clients per round, 0 < F <= 1 (default 1)\n"
             "  --round-timeout S     seconds a round waits for updates (default 600)\n"
+            "  --client-timeout S    seconds without a message (clients send a heartbeat every 5 s,\n"
+            "                        also while training) before a client is taken as gone (default 30)\n"
             "  --strategy S          local, fedavg, comigs, pfedmoap or full (default full)\n"
             "  --seed N              run seed (default 1)\n"
             "  --new-run             start a new run even if the latest one is unfinished\n"
@@ -81,6 +83,8 @@ static fm_status apply(fm_server_config_t *c, const char *name, const char *v)
         st = fm_arg_double(flag, v, 1e-6, 1.0, &c->fraction);
     else if (!strcmp(name, "round-timeout") || !strcmp(name, "round_timeout"))
         st = fm_arg_double(flag, v, 0.001, 1e7, &c->round_timeout);
+    else if (!strcmp(name, "client-timeout") || !strcmp(name, "client_timeout"))
+        st = fm_arg_double(flag, v, 0.5, 1e7, &c->client_timeout);
     else if (!strcmp(name, "strategy"))
         st = fm_strategy_parse(v, &s->strategy);
     else if (!strcmp(name, "seed")) {
@@ -152,6 +156,7 @@ int main(int argc, char **argv)
         {"db", required_argument, 0, 1}, {"rounds", required_argument, 0, 1},
         {"min-clients", required_argument, 0, 1}, {"fraction", required_argument, 0, 1},
         {"round-timeout", required_argument, 0, 1}, {"strategy", required_argument, 0, 1},
+        {"client-timeout", required_argument, 0, 1},
         {"seed", required_argument, 0, 1}, {"new-run", no_argument, 0, 1},
         {"dataset", required_argument, 0, 1}, {"partitions", required_argument, 0, 1},
         {"dirichlet", required_argument, 0, 1}, {"pathological", required_argument, 0, 1},

@@ -16,6 +16,9 @@ struct fm_trainer {
     fm_rng_t rng;
     long steps[2];     /* AdamW step counts: lower, upper */
     float lr_scale;    /* schedule multiplier on both learning rates */
+    void (*progress)(void *user);
+    void *progress_user;
+    int progress_every;
     float *x;          /* (batch, dim) */
     uint8_t *y;
     int dim;
@@ -75,6 +78,15 @@ void fm_trainer_destroy(fm_trainer_t **tp)
 }
 
 void fm_trainer_set_lr_scale(fm_trainer_t *t, float scale) { t->lr_scale = scale; }
+
+fm_rng_t *fm_trainer_rng(fm_trainer_t *t) { return &t->rng; }
+
+void fm_trainer_set_progress(fm_trainer_t *t, void (*fn)(void *user), void *user, int every)
+{
+    t->progress = fn;
+    t->progress_user = user;
+    t->progress_every = every > 0 ? every : 1;
+}
 
 void fm_trainer_set_steps(fm_trainer_t *t, long lower, long upper)
 {
@@ -179,6 +191,8 @@ fm_status fm_trainer_run(fm_trainer_t *t, const fm_dataset_t *train, const fm_da
             lsum += fm_trainer_step(t, FM_LEVEL_LOWER, t->x, t->y, B);
             lcount++;
             out->samples += B;
+            if (t->progress && lcount % t->progress_every == 0)
+                t->progress(t->progress_user);
             if (upper && ++since_upper == t->cfg.expert_steps) {
                 since_upper = 0;
                 for (int s = 0; s < t->cfg.router_steps; s++) {

@@ -15,6 +15,7 @@
 #include "fedmoe/dataset.h"
 #include "fedmoe/kernels.h"
 #include "fedmoe/model.h"
+#include "fedmoe/rng.h"
 #include "fedmoe/status.h"
 
 typedef struct {
@@ -51,6 +52,11 @@ fm_status fm_trainer_run(fm_trainer_t *t, const fm_dataset_t *train, const fm_da
 float fm_trainer_step(fm_trainer_t *t, fm_level level, const float *x, const uint8_t *y, int B);
 /* Multiplies both levels' learning rates by scale from now on (schedules). */
 void fm_trainer_set_lr_scale(fm_trainer_t *t, float scale);
+/* The trainer's shuffling generator, to save and restore with the model state. */
+fm_rng_t *fm_trainer_rng(fm_trainer_t *t);
+/* Called every `every` lower-level steps during fm_trainer_run (e.g. to send a
+ * heartbeat while a long local step runs); NULL to clear. */
+void fm_trainer_set_progress(fm_trainer_t *t, void (*fn)(void *user), void *user, int every);
 /* Sets the AdamW step counts (restoring a saved state). */
 void fm_trainer_set_steps(fm_trainer_t *t, long lower, long upper);
 /* AdamW step counts of the two levels. */
