@@ -17,7 +17,7 @@
 #include "fedmoe/wire.h"
 
 #define HELLO_RETRY_S 3.0
-#define HEARTBEAT_S 5.0
+#define HEARTBEAT_S 1.0
 #define STATE_MAGIC 0x53434D46u /* "FMCS" */
 #define STATE_VERSION 1u
 

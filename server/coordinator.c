@@ -26,6 +26,7 @@ typedef struct {
     int specialists;
     uint64_t train_samples, val_samples, test_samples;
     bool connected;         /* said hello to this coordinator and not silent since */
+    bool ready;             /* has its data: said hello with sample counts */
     double last_seen;       /* monotonic seconds of its last message */
     char first_seen[32];
     float *prompt;          /* committed pool entry, or NULL */
@@ -282,6 +283,7 @@ static void handle_hello(coord_t *c, const char *id, const Fedmoe__Hello *h)
     }
     cl->partition = part;
     cl->specialists = (int)h->specialists;
+    cl->ready = h->train_samples > 0;
     cl->train_samples = h->train_samples;
     cl->val_samples = h->val_samples;
     cl->test_samples = h->test_samples;
@@ -389,7 +391,7 @@ static void try_start_round(coord_t *c)
 {
     int connected = 0;
     for (int i = 0; i < c->nclients; i++)
-        connected += c->clients[i].connected;
+        connected += c->clients[i].connected && c->clients[i].ready;
     if (connected < c->cfg->min_clients)
         return;
     /* deterministic selection: clients sorted by id, shuffled by (seed, round) */
@@ -399,7 +401,7 @@ static void try_start_round(coord_t *c)
         return;
     int n = 0;
     for (int i = 0; i < c->nclients; i++)
-        if (c->clients[i].connected)
+        if (c->clients[i].connected && c->clients[i].ready)
             cand[n++] = (uint32_t)i;
     fm_rng_t r;
     fm_rng_init(&r, c->spec.seed, FM_STREAM_SELECT ^ ((uint64_t)c->round << 20));
@@ -521,7 +523,7 @@ static void sweep_silent(coord_t *c)
     double now = fm_clock_seconds();
     for (int i = 0; i < c->nclients; i++) {
         client_t *cl = &c->clients[i];
-        if (cl->connected && now - cl->last_seen > c->cfg->client_timeout) {
+        if (cl->connected && cl->ready && now - cl->last_seen > c->cfg->client_timeout) {
             cl->connected = false;
             fm_warn("client %s silent for %.0f s: taken as gone%s", cl->id, now - cl->last_seen,
                     c->in_round && cl->selected && !cl->done ? " (dropped from this round)" : "");
@@ -695,6 +697,7 @@ static fm_status start_or_resume(coord_t *c)
         }
         snprintf(c->run_id, sizeof c->run_id, "%s", latest.id);
         fm_store_run_clear(&latest);
+        c->round = 1; /* unless a checkpoint says otherwise */
         if ((st = restore(c, c->run_id)) != FM_OK)
             return st;
         fm_info("resuming run %s at round %d of %d", c->run_id, c->round, c->cfg->rounds);
@@ -884,8 +887,8 @@ fm_status fm_coordinator_run(const fm_server_config_t *cfg, volatile sig_atomic_
         if (!c.in_round && fm_clock_seconds() - waiting_logged > 10.0) {
             int connected = 0;
             for (int i = 0; i < c.nclients; i++)
-                connected += c.clients[i].connected;
-            fm_info("round %d: waiting for clients (%d connected, %d needed)", c.round, connected, cfg->min_clients);
+                connected += c.clients[i].connected && c.clients[i].ready;
+            fm_info("round %d: waiting for clients (%d ready, %d needed)", c.round, connected, cfg->min_clients);
             waiting_logged = fm_clock_seconds();
         }
         zmq_pollitem_t item = {c.sock, 0, ZMQ_POLLIN, 0};

@@ -36,7 +36,7 @@ static void usage(FILE *f)
             "  --min-clients N       clients a round needs and its quorum (default 2)\n"
             "  --fraction F          fraction of connected clients per round, 0 < F <= 1 (default 1)\n"
             "  --round-timeout S     seconds a round waits for updates (default 600)\n"
-            "  --client-timeout S    seconds without a message (clients send a heartbeat every 5 s,\n"
+            "  --client-timeout S    seconds without a message (clients send a heartbeat every second,\n"
             "                        also while training) before a client is taken as gone (default 30)\n"
             "  --strategy S          local, fedavg, comigs, pfedmoap or full (default full)\n"
             "  --seed N              run seed (default 1)\n"

@@ -9,7 +9,6 @@
 #include <cmocka.h>
 #include <math.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,62 +22,9 @@
 #include "fedmoe/store.h"
 #include "fedmoe/wire.h"
 
-extern char **environ;
+#include "procs.h"
+
 static char dir[256];
-
-#define BIN(name) FM_BIN_DIR "/" name
-
-static pid_t spawn_logged(char *const argv[], const char *log)
-{
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, log, 01 | 0100 | 01000 /* O_WRONLY|O_CREAT|O_TRUNC */, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    pid_t pid;
-    int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    assert_int_equal(rc, 0);
-    return pid;
-}
-
-static int wait_exit(pid_t pid, double seconds)
-{
-    for (int i = 0; i < (int)(seconds * 20); i++) {
-        int status;
-        if (waitpid(pid, &status, WNOHANG) == pid)
-            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        usleep(50000);
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    return -1;
-}
-
-/* Runs a command line, returns its exit status and stdout (malloc'd). */
-static int run_capture(const char *cmd, char **out)
-{
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    size_t cap = 1 << 16, n = 0;
-    *out = malloc(cap);
-    size_t got;
-    while ((got = fread(*out + n, 1, cap - n - 1, p)) > 0) {
-        n += got;
-        if (n + 1 == cap)
-            *out = realloc(*out, cap *= 2);
-    }
-    (*out)[n] = 0;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static int count_lines(const char *s)
-{
-    int n = 0;
-    for (; *s; s++)
-        n += *s == '\n';
-    return n;
-}
 
 static void test_sim_and_history(void **state)
 {
@@ -87,7 +33,7 @@ static void test_sim_and_history(void **state)
     snprintf(db, sizeof db, "%s/sim.db", dir);
     snprintf(cmd, sizeof cmd, "%s --clients 4 --rounds 3 --db %s --workdir %s/sim --round-timeout 120 2>&1",
              BIN("client/fedmoe-sim"), db, dir);
-    int rc = run_capture(cmd, &out);
+    int rc = procs_capture(cmd, &out);
     if (rc != 0)
         fprintf(stderr, "%s\n", out);
     assert_int_equal(rc, 0);
@@ -137,25 +83,25 @@ static void test_sim_and_history(void **state)
     free(cl);
     /* fedmoe-history prints and exports them */
     snprintf(cmd, sizeof cmd, "%s --db %s rounds", BIN("server/fedmoe-history"), db);
-    assert_int_equal(run_capture(cmd, &out), 0);
-    assert_int_equal(count_lines(out), 2 + 3);
+    assert_int_equal(procs_capture(cmd, &out), 0);
+    assert_int_equal(procs_count_lines(out), 2 + 3);
     assert_non_null(strstr(out, runs[0].id));
     free(out);
     snprintf(cmd, sizeof cmd, "%s --db %s clients 2", BIN("server/fedmoe-history"), db);
-    assert_int_equal(run_capture(cmd, &out), 0);
-    assert_int_equal(count_lines(out), 2 + 4);
+    assert_int_equal(procs_capture(cmd, &out), 0);
+    assert_int_equal(procs_count_lines(out), 2 + 4);
     free(out);
     snprintf(cmd, sizeof cmd, "%s --db %s export --table clients", BIN("server/fedmoe-history"), db);
-    assert_int_equal(run_capture(cmd, &out), 0);
-    assert_int_equal(count_lines(out), 1 + 12);
+    assert_int_equal(procs_capture(cmd, &out), 0);
+    assert_int_equal(procs_count_lines(out), 1 + 12);
     free(out);
     snprintf(cmd, sizeof cmd, "%s --db %s export --format json", BIN("server/fedmoe-history"), db);
-    assert_int_equal(run_capture(cmd, &out), 0);
+    assert_int_equal(procs_capture(cmd, &out), 0);
     assert_non_null(strstr(out, "\"rounds\":[{\"round\":1"));
     assert_non_null(strstr(out, r[2].checkpoint_sha256));
     free(out);
     snprintf(cmd, sizeof cmd, "%s --db %s plot --out %s/plot.svg", BIN("server/fedmoe-history"), db, dir);
-    assert_int_equal(run_capture(cmd, &out), 0);
+    assert_int_equal(procs_capture(cmd, &out), 0);
     free(out);
     char svg[512];
     snprintf(svg, sizeof svg, "%s/plot.svg", dir);
@@ -171,22 +117,6 @@ static void test_sim_and_history(void **state)
     fm_store_close(&st);
 }
 
-static int committed_rounds(const char *db)
-{
-    fm_store_t *st;
-    if (access(db, F_OK) != 0 || fm_store_open(&st, db, true) != FM_OK)
-        return 0;
-    fm_run_row_t run;
-    bool found = false;
-    int n = 0;
-    if (fm_store_latest_run(st, &run, &found) == FM_OK && found) {
-        n = run.rounds_done;
-        fm_store_run_clear(&run);
-    }
-    fm_store_close(&st);
-    return n;
-}
-
 static void start_clients(pid_t *pids, int n, const char *endpoint, const char *tag)
 {
     for (int i = 0; i < n; i++) {
@@ -194,7 +124,7 @@ static void start_clients(pid_t *pids, int n, const char *endpoint, const char *
         snprintf(id, sizeof id, "c%d", i);
         snprintf(log, sizeof log, "%s/%s-client%d.log", dir, tag, i);
         char *argv[] = {BIN("client/fedmoe-client"), "--connect", (char *)endpoint, "--id", id, "--state-dir", dir, NULL};
-        pids[i] = spawn_logged(argv, log);
+        pids[i] = procs_spawn(argv, log);
     }
 }
 
@@ -207,25 +137,25 @@ static void test_resume_after_stop(void **state)
     char *sargv[] = {BIN("server/fedmoe-server"), "--bind", endpoint, "--db", db, "--rounds", "4", "--min-clients", "3",
                      "--partitions", "3", "--round-timeout", "120", NULL};
     snprintf(log, sizeof log, "%s/resume-server1.log", dir);
-    pid_t server = spawn_logged(sargv, log);
+    pid_t server = procs_spawn(sargv, log);
     pid_t clients[3];
     start_clients(clients, 3, endpoint, "first");
-    for (int i = 0; i < 1200 && committed_rounds(db) < 2; i++)
+    for (int i = 0; i < 1200 && procs_committed_rounds(db) < 2; i++)
         usleep(50000);
-    assert_true(committed_rounds(db) >= 2);
+    assert_true(procs_committed_rounds(db) >= 2);
     kill(server, SIGTERM);
-    assert_int_equal(wait_exit(server, 30), 0); /* a clean stop exits 0 */
+    assert_int_equal(procs_wait(server, 30), 0); /* a clean stop exits 0 */
     for (int i = 0; i < 3; i++)
-        assert_int_equal(wait_exit(clients[i], 30), 0); /* told to shut down */
-    int done_first = committed_rounds(db);
+        assert_int_equal(procs_wait(clients[i], 30), 0); /* told to shut down */
+    int done_first = procs_committed_rounds(db);
     assert_true(done_first >= 2 && done_first < 4);
     /* the same settings on the same database: the run resumes and finishes */
     snprintf(log, sizeof log, "%s/resume-server2.log", dir);
-    server = spawn_logged(sargv, log);
+    server = procs_spawn(sargv, log);
     start_clients(clients, 3, endpoint, "second");
-    assert_int_equal(wait_exit(server, 300), 0);
+    assert_int_equal(procs_wait(server, 300), 0);
     for (int i = 0; i < 3; i++)
-        assert_int_equal(wait_exit(clients[i], 30), 0);
+        assert_int_equal(procs_wait(clients[i], 30), 0);
     fm_store_t *st;
     assert_int_equal(fm_store_open(&st, db, true), FM_OK);
     fm_run_row_t *runs;
@@ -332,7 +262,7 @@ static float *fake_round(const char *db, const int order[3], float *const vecs[3
     char *sargv[] = {BIN("server/fedmoe-server"), "--bind", endpoint, "--db", (char *)db, "--rounds", "1",
                      "--min-clients", "3", "--partitions", "3", "--strategy", "comigs", "--round-timeout", "60", NULL};
     snprintf(log, sizeof log, "%s.log", db);
-    pid_t server = spawn_logged(sargv, log);
+    pid_t server = procs_spawn(sargv, log);
     void *ctx = zmq_ctx_new();
     fake_t f[3];
     uint32_t n = 0, round = 0;
@@ -402,7 +332,7 @@ static float *fake_round(const char *db, const int order[3], float *const vecs[3
             fedmoe__envelope__free_unpacked(e, NULL);
         }
     }
-    assert_int_equal(wait_exit(server, 60), 0);
+    assert_int_equal(procs_wait(server, 60), 0);
     for (int i = 0; i < 3; i++) {
         int linger = 0;
         zmq_setsockopt(f[i].sock, ZMQ_LINGER, &linger, sizeof linger);
@@ -495,11 +425,11 @@ static void test_bad_arguments(void **state)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char cmd[1024], *out;
         snprintf(cmd, sizeof cmd, "%s/%s %s 2>&1 >/dev/null", FM_BIN_DIR, cases[i][0], cases[i][1]);
-        int rc = run_capture(cmd, &out);
-        if (rc == 0 || count_lines(out) != 1)
+        int rc = procs_capture(cmd, &out);
+        if (rc == 0 || procs_count_lines(out) != 1)
             fprintf(stderr, "  %s %s -> %d: %s", cases[i][0], cases[i][1], rc, out);
         assert_int_not_equal(rc, 0);
-        assert_int_equal(count_lines(out), 1);
+        assert_int_equal(procs_count_lines(out), 1);
         free(out);
     }
     /* a corrupt config file names the line */
@@ -509,7 +439,7 @@ static void test_bad_arguments(void **state)
     fprintf(f, "[server]\nrounds = 3\nmin-clients = many\n");
     fclose(f);
     snprintf(cmd, sizeof cmd, "%s --config %s 2>&1", BIN("server/fedmoe-server"), ini);
-    assert_int_equal(run_capture(cmd, &out), 2);
+    assert_int_equal(procs_capture(cmd, &out), 2);
     assert_non_null(strstr(out, ":3:"));
     free(out);
 }

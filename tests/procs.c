@@ -1,0 +1,127 @@
+#include "procs.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "fedmoe/store.h"
+
+extern char **environ;
+
+pid_t procs_spawn(char *const argv[], const char *log)
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    pid_t pid;
+    int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    return rc == 0 ? pid : -1;
+}
+
+int procs_wait(pid_t pid, double seconds)
+{
+    for (int i = 0; i < (int)(seconds * 20); i++) {
+        int status;
+        if (waitpid(pid, &status, WNOHANG) == pid)
+            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        usleep(50000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    return -1;
+}
+
+int procs_capture(const char *cmd, char **out)
+{
+    FILE *p = popen(cmd, "r");
+    if (!p) {
+        *out = strdup("");
+        return -1;
+    }
+    size_t cap = 1 << 16, n = 0, got;
+    *out = malloc(cap);
+    while ((got = fread(*out + n, 1, cap - n - 1, p)) > 0) {
+        n += got;
+        if (n + 1 == cap)
+            *out = realloc(*out, cap *= 2);
+    }
+    (*out)[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+int procs_count_lines(const char *s)
+{
+    int n = 0;
+    for (; *s; s++)
+        n += *s == '\n';
+    return n;
+}
+
+int procs_committed_rounds(const char *db)
+{
+    fm_store_t *st;
+    if (access(db, F_OK) != 0 || fm_store_open(&st, db, true) != FM_OK)
+        return 0;
+    fm_run_row_t run;
+    bool found = false;
+    int n = 0;
+    if (fm_store_latest_run(st, &run, &found) == FM_OK && found) {
+        n = run.rounds_done;
+        fm_store_run_clear(&run);
+    }
+    fm_store_close(&st);
+    return n;
+}
+
+bool procs_last_checkpoint_sha(const char *db, char out[65])
+{
+    fm_store_t *st;
+    if (fm_store_open(&st, db, true) != FM_OK)
+        return false;
+    fm_run_row_t run;
+    bool found = false, ok = false;
+    if (fm_store_latest_run(st, &run, &found) == FM_OK && found) {
+        fm_round_row_t *r;
+        int n;
+        if (fm_store_list_rounds(st, run.id, &r, &n) == FM_OK) {
+            if (n > 0) {
+                memcpy(out, r[n - 1].checkpoint_sha256, 65);
+                ok = true;
+            }
+            free(r);
+        }
+        fm_store_run_clear(&run);
+    }
+    fm_store_close(&st);
+    return ok;
+}
+
+static int on_row(void *user, int n, char **vals, char **cols)
+{
+    (void)cols;
+    bool *ok = user;
+    *ok = n == 1 && vals[0] && strcmp(vals[0], "ok") == 0;
+    return 0;
+}
+
+bool procs_integrity_ok(const char *db)
+{
+    sqlite3 *h;
+    if (sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
+        sqlite3_close(h);
+        return false;
+    }
+    bool ok = false;
+    sqlite3_exec(h, "PRAGMA integrity_check", on_row, &ok, NULL);
+    sqlite3_close(h);
+    return ok;
+}

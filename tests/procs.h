@@ -1,0 +1,26 @@
+/* procs.h - test support: starting the real programs, waiting for them, reading
+ * what they left in the round log. */
+#ifndef FEDMOE_TEST_PROCS_H
+#define FEDMOE_TEST_PROCS_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#define BIN(name) FM_BIN_DIR "/" name
+
+/* Starts argv[0] with stdout and stderr to log. */
+pid_t procs_spawn(char *const argv[], const char *log);
+/* Exit status of pid within seconds (128 + signal when killed), or -1 after
+ * killing it when it did not exit in time. */
+int procs_wait(pid_t pid, double seconds);
+/* Runs a shell command; returns its exit status and stdout (malloc'd). */
+int procs_capture(const char *cmd, char **out);
+int procs_count_lines(const char *s);
+/* Rounds committed in the latest run of db (0 if none or unreadable). */
+int procs_committed_rounds(const char *db);
+/* SHA-256 of the latest run's last checkpoint into out (65 bytes); false if none. */
+bool procs_last_checkpoint_sha(const char *db, char out[65]);
+/* PRAGMA integrity_check of db is "ok". */
+bool procs_integrity_ok(const char *db);
+
+#endif

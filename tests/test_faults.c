@@ -1,0 +1,293 @@
+/* Faults, with real processes: a client killed mid-round and restarted, a client
+ * that stalls past the deadline and then sends a late update, and a coordinator
+ * killed (SIGKILL) at several points and restarted, whose final global model must
+ * be bit-identical to an uninterrupted run's. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "fedmoe/store.h"
+#include "fedmoe/wire.h"
+#include "procs.h"
+
+static char dir[256];
+
+static pid_t start_client(const char *endpoint, int i, int n, const char *tag, bool own_partition)
+{
+    char id[16], part[16], log[512], state[512];
+    snprintf(id, sizeof id, "c%d", i);
+    snprintf(part, sizeof part, "%d/%d", i, n);
+    snprintf(log, sizeof log, "%s/%s-c%d.log", dir, tag, i);
+    snprintf(state, sizeof state, "%s/%s-state", dir, tag);
+    char mk[600];
+    snprintf(mk, sizeof mk, "mkdir -p %s", state);
+    if (system(mk) != 0)
+        return -1;
+    char *argv[] = {BIN("client/fedmoe-client"), "--connect", (char *)endpoint, "--id", id, "--state-dir", state,
+                    own_partition ? "--partition" : NULL, part, NULL};
+    return procs_spawn(argv, log);
+}
+
+static void send_env(void *sock, Fedmoe__Envelope *env)
+{
+    uint8_t *buf;
+    size_t len;
+    assert_int_equal(fm_wire_encode(env, &buf, &len), FM_OK);
+    zmq_send(sock, buf, len, 0);
+    free(buf);
+}
+
+static Fedmoe__Envelope *recv_kind(void *sock, Fedmoe__Envelope__BodyCase kind, int timeout_ms)
+{
+    zmq_setsockopt(sock, ZMQ_RCVTIMEO, &timeout_ms, sizeof timeout_ms);
+    for (int i = 0; i < 20; i++) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, sock, 0) < 0) {
+            zmq_msg_close(&m);
+            return NULL;
+        }
+        Fedmoe__Envelope *e = NULL;
+        fm_wire_decode(zmq_msg_data(&m), zmq_msg_size(&m), 1u << 30, &e);
+        zmq_msg_close(&m);
+        if (e && e->body_case == kind)
+            return e;
+        if (e)
+            fedmoe__envelope__free_unpacked(e, NULL);
+    }
+    return NULL;
+}
+
+static void heartbeat(void *sock)
+{
+    Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
+    Fedmoe__Heartbeat hb = FEDMOE__HEARTBEAT__INIT;
+    env.body_case = FEDMOE__ENVELOPE__BODY_HEARTBEAT;
+    env.heartbeat = &hb;
+    send_env(sock, &env);
+}
+
+static void test_killed_and_stalled_clients(void **state)
+{
+    (void)state;
+    char db[512], log[512], endpoint[64];
+    snprintf(db, sizeof db, "%s/clients.db", dir);
+    snprintf(log, sizeof log, "%s/clients-server.log", dir);
+    snprintf(endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", 21000 + (getpid() % 20000));
+    char *sargv[] = {BIN("server/fedmoe-server"), "--bind", endpoint, "--db", db, "--rounds", "8", "--min-clients", "3",
+                     "--partitions", "5", "--round-timeout", "8", "--client-timeout", "4", NULL};
+    pid_t server = procs_spawn(sargv, log);
+    assert_true(server > 0);
+    pid_t c[4];
+    for (int i = 0; i < 4; i++)
+        c[i] = start_client(endpoint, i, 5, "clients", true);
+    /* once the run is under way, a fifth client joins, then stalls: it keeps sending
+     * heartbeats but never an update */
+    for (int i = 0; i < 2400 && procs_committed_rounds(db) < 1; i++)
+        usleep(25000);
+    void *ctx = zmq_ctx_new(), *staller = zmq_socket(ctx, ZMQ_DEALER);
+    zmq_setsockopt(staller, ZMQ_ROUTING_ID, "staller", 7);
+    zmq_connect(staller, endpoint);
+    Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
+    Fedmoe__Hello h = FEDMOE__HELLO__INIT;
+    h.client_id = "staller";
+    h.protocol_version = FM_PROTOCOL_VERSION;
+    h.specialists = 2;
+    h.partition_index = 4;
+    h.train_samples = 100; /* ready at once: it has (pretends to have) its data */
+    env.body_case = FEDMOE__ENVELOPE__BODY_HELLO;
+    env.hello = &h;
+    send_env(staller, &env);
+    Fedmoe__Envelope *w = recv_kind(staller, FEDMOE__ENVELOPE__BODY_WELCOME, 20000);
+    assert_non_null(w);
+    fedmoe__envelope__free_unpacked(w, NULL);
+    Fedmoe__Envelope *task = NULL;
+    for (int i = 0; i < 120 && !task; i++) { /* alive while it waits */
+        heartbeat(staller);
+        task = recv_kind(staller, FEDMOE__ENVELOPE__BODY_TASK, 500);
+    }
+    assert_non_null(task);
+    uint32_t stalled_round = task->task->round, n = task->task->model[0]->shape[1];
+    fedmoe__envelope__free_unpacked(task, NULL);
+    /* stall through the deadline, alive */
+    for (int i = 0; i < 20; i++) {
+        heartbeat(staller);
+        usleep(500000);
+    }
+    /* the round closed without it; its late update is refused by the round number */
+    float *vec = calloc(n, sizeof(float)), prompt[256] = {0};
+    Fedmoe__Envelope uenv = FEDMOE__ENVELOPE__INIT;
+    Fedmoe__Update up = FEDMOE__UPDATE__INIT;
+    Fedmoe__Metrics m = FEDMOE__METRICS__INIT;
+    Fedmoe__Tensor t, p, *list[1];
+    fm_wire_tensor_set(&t, "model", vec, 1, n);
+    fm_wire_tensor_set(&p, "prompt", prompt, 4, 64);
+    list[0] = &t;
+    up.round = stalled_round;
+    up.model = list;
+    up.n_model = 1;
+    up.prompt = &p;
+    up.train_samples = 100;
+    up.metrics = &m;
+    uenv.body_case = FEDMOE__ENVELOPE__BODY_UPDATE;
+    uenv.update = &up;
+    send_env(staller, &uenv);
+    Fedmoe__Envelope *err = recv_kind(staller, FEDMOE__ENVELOPE__BODY_ERROR, 20000);
+    assert_non_null(err);
+    assert_int_equal(err->error->code, FM_WIRE_WRONG_ROUND);
+    fedmoe__envelope__free_unpacked(err, NULL);
+    fm_wire_tensor_clear(&t);
+    fm_wire_tensor_clear(&p);
+    free(vec);
+    int linger = 0;
+    zmq_setsockopt(staller, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_close(staller); /* and now it is gone for good */
+    zmq_ctx_term(ctx);
+    /* kill a client in the middle of a round */
+    int before = procs_committed_rounds(db);
+    while (procs_committed_rounds(db) == before)
+        usleep(20000);
+    int killed_in = procs_committed_rounds(db) + 1;
+    usleep(200000);
+    kill(c[3], SIGKILL);
+    waitpid(c[3], NULL, 0);
+    /* the round closes with the others; then the client comes back */
+    for (int i = 0; i < 600 && procs_committed_rounds(db) < killed_in; i++)
+        usleep(50000);
+    assert_true(procs_committed_rounds(db) >= killed_in);
+    c[3] = start_client(endpoint, 3, 5, "clients", true);
+    assert_int_equal(procs_wait(server, 240), 0);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(procs_wait(c[i], 30), 0);
+    /* what the round log says */
+    fm_store_t *st;
+    assert_int_equal(fm_store_open(&st, db, true), FM_OK);
+    fm_run_row_t run;
+    bool found;
+    assert_int_equal(fm_store_latest_run(st, &run, &found), FM_OK);
+    assert_string_equal(run.status, "finished");
+    fm_round_row_t *r;
+    int nr;
+    assert_int_equal(fm_store_list_rounds(st, run.id, &r, &nr), FM_OK);
+    assert_int_equal(nr, 8);
+    fm_client_round_row_t *cr;
+    int nc;
+    assert_int_equal(fm_store_list_client_rounds(st, run.id, -1, &cr, &nc), FM_OK);
+    bool staller_dropped = false, c3_dropped = false, c3_back = false;
+    for (int i = 0; i < nc; i++) {
+        if (!strcmp(cr[i].client_id, "staller") && cr[i].round == (int)stalled_round)
+            staller_dropped = !strcmp(cr[i].status, "dropped");
+        if (!strcmp(cr[i].client_id, "c3") && cr[i].round == killed_in)
+            c3_dropped = !strcmp(cr[i].status, "dropped");
+        if (!strcmp(cr[i].client_id, "c3") && cr[i].round > killed_in && !strcmp(cr[i].status, "completed"))
+            c3_back = true;
+    }
+    assert_true(staller_dropped);
+    assert_true(c3_dropped);
+    assert_true(c3_back);
+    for (int i = 0; i < nr; i++) {
+        assert_int_equal(r[i].round, i + 1);
+        assert_true(r[i].completed >= 3);
+        assert_int_equal(r[i].completed + r[i].dropped, r[i].selected);
+    }
+    free(cr);
+    free(r);
+    fm_store_run_clear(&run);
+    fm_store_close(&st);
+    assert_true(procs_integrity_ok(db));
+}
+
+/* A kill: once `after_round` rounds are committed, wait delay_ms, SIGKILL. */
+typedef struct {
+    int after_round, delay_ms;
+} kill_t;
+
+/* Runs 3 clients with their own partitions against a coordinator on db; kills
+ * the coordinator (SIGKILL) at each point of kills and restarts it. */
+static void crash_run(const char *tag, const kill_t *kills, int nkills, char sha[65])
+{
+    char db[512], log[512], endpoint[64];
+    snprintf(db, sizeof db, "%s/%s.db", dir, tag);
+    snprintf(log, sizeof log, "%s/%s-server.log", dir, tag);
+    snprintf(endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", 22000 + (getpid() % 20000) + (nkills ? 1 : 0));
+    char *sargv[] = {BIN("server/fedmoe-server"), "--bind", endpoint, "--db", db, "--rounds", "5", "--min-clients", "3",
+                     "--partitions", "3", "--seed", "7", "--round-timeout", "120", NULL};
+    pid_t server = procs_spawn(sargv, log);
+    pid_t c[3];
+    for (int i = 0; i < 3; i++)
+        c[i] = start_client(endpoint, i, 3, tag, true);
+    for (int k = 0; k < nkills; k++) {
+        for (int i = 0; i < 2400 && procs_committed_rounds(db) < kills[k].after_round; i++)
+            usleep(25000);
+        usleep((useconds_t)kills[k].delay_ms * 1000);
+        kill(server, SIGKILL);
+        waitpid(server, NULL, 0);
+        fprintf(stderr, "  %s: coordinator killed %d ms after round %d, %d rounds committed\n", tag, kills[k].delay_ms,
+                kills[k].after_round, procs_committed_rounds(db));
+        assert_true(procs_integrity_ok(db));
+        server = procs_spawn(sargv, log);
+    }
+    assert_int_equal(procs_wait(server, 300), 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(procs_wait(c[i], 30), 0);
+    assert_true(procs_last_checkpoint_sha(db, sha));
+    assert_true(procs_integrity_ok(db));
+    fm_store_t *st;
+    assert_int_equal(fm_store_open(&st, db, true), FM_OK);
+    fm_run_row_t *runs;
+    int nruns, n;
+    assert_int_equal(fm_store_list_runs(st, &runs, &nruns), FM_OK);
+    assert_int_equal(nruns, 1);
+    fm_round_row_t *r;
+    assert_int_equal(fm_store_list_rounds(st, runs[0].id, &r, &n), FM_OK);
+    assert_int_equal(n, 5);
+    for (int i = 0; i < n; i++)
+        assert_int_equal(r[i].round, i + 1);
+    free(r);
+    fm_store_run_clear(&runs[0]);
+    free(runs);
+    fm_store_close(&st);
+}
+
+static void test_coordinator_crash_is_bit_identical(void **state)
+{
+    (void)state;
+    char clean[65], crashed[65];
+    crash_run("clean", NULL, 0, clean);
+    /* kills spread over the run: before any round, mid-round, right at a commit,
+     * late in a round (aggregation and the database commit) */
+    const kill_t kills[] = {{0, 1500}, {1, 400}, {2, 0}, {3, 900}, {3, 1300}};
+    crash_run("crashed", kills, 5, crashed);
+    fprintf(stderr, "  final checkpoint: clean %.16s..., crashed %.16s...\n", clean, crashed);
+    assert_string_equal(clean, crashed);
+}
+
+int main(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/fedmoe-test-faults-XXXXXX");
+    if (!mkdtemp(dir))
+        return 1;
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_coordinator_crash_is_bit_identical),
+        cmocka_unit_test(test_killed_and_stalled_clients),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    if (rc == 0) {
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        if (system(cmd) != 0)
+            rc = 1;
+    } else {
+        fprintf(stderr, "logs kept in %s\n", dir);
+    }
+    return rc;
+}
