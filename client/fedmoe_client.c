@@ -208,10 +208,8 @@ int main(int argc, char **argv)
         sa.sa_handler = on_signal;
         sigaction(SIGTERM, &sa, NULL);
         sigaction(SIGINT, &sa, NULL);
-        if (fm_session_run(&sc, &g_stop) != FM_OK) {
-            fm_errorf("%s", fm_error_last());
+        if (fm_session_run(&sc, &g_stop) != FM_OK)
             return fail();
-        }
         return 0;
     }
     ds.seed = seed;

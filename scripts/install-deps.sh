@@ -3,15 +3,19 @@
 # Works as root, or through sudo. Installs only what is missing.
 #   scripts/install-deps.sh          build + run + test dependencies
 #   scripts/install-deps.sh --bench  also python3-torch for the PyTorch comparison
+#   scripts/install-deps.sh --ci     also clang + libFuzzer and valgrind (CI's extra checks)
 set -euo pipefail
 
 pkgs=(build-essential cmake pkg-config
       libzmq3-dev libprotobuf-c-dev protobuf-c-compiler
       libssl-dev libsqlite3-dev libopenblas-dev libcmocka-dev zlib1g-dev
       libinih-dev dataset-fashion-mnist)
-if [[ "${1:-}" == "--bench" ]]; then
-  pkgs+=(python3-torch python3-numpy)
-fi
+case "${1:-}" in
+  --bench) pkgs+=(python3-torch python3-numpy) ;;
+  --ci) pkgs+=(clang libclang-rt-14-dev valgrind python3) ;;
+  "") ;;
+  *) echo "install-deps: unknown option '$1' (--bench or --ci)" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,9 +1,11 @@
 #include "coordinator.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -824,6 +826,33 @@ static void coord_free(coord_t *c)
     fm_store_close(&c->store);
 }
 
+/* Refuses to start when the database's file system has less room than a few
+ * rounds need (a checkpoint and the WAL), rather than failing at a commit. */
+static fm_status check_disk(const char *db, size_t round_bytes)
+{
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", db);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == dir)
+        dir[1] = 0;
+    else
+        *slash = 0;
+    struct statvfs vfs;
+    if (statvfs(dir, &vfs) != 0) {
+        fm_error_set("%s: cannot reach the database's folder %s: %s", db, dir, strerror(errno));
+        return FM_ERR_IO;
+    }
+    uint64_t free_bytes = (uint64_t)vfs.f_bavail * vfs.f_frsize, need = round_bytes + (16u << 20);
+    if (free_bytes < need) {
+        fm_error_set("%s: only %.1f MB free on its file system, a round needs about %.1f MB", db, free_bytes / 1e6,
+                     need / 1e6);
+        return FM_ERR_IO;
+    }
+    return FM_OK;
+}
+
 fm_status fm_coordinator_run(const fm_server_config_t *cfg, volatile sig_atomic_t *stop)
 {
     coord_t c = {0};
@@ -854,7 +883,8 @@ fm_status fm_coordinator_run(const fm_server_config_t *cfg, volatile sig_atomic_
         (st = fm_aggregator_new(&c.agg_prompt, c.nprompt)) != FM_OK)
         goto out;
     c.max_message = cfg->max_message ? cfg->max_message : 2 * 4 * (c.nglobal + c.nprompt) + (1u << 20);
-    if ((st = fm_store_open(&c.store, cfg->db, false)) != FM_OK)
+    if ((st = check_disk(cfg->db, 8 * (c.nglobal + c.nprompt) * 4)) != FM_OK ||
+        (st = fm_store_open(&c.store, cfg->db, false)) != FM_OK)
         goto out;
     if ((st = start_or_resume(&c)) != FM_OK)
         goto out;

@@ -220,10 +220,13 @@ int main(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     fm_status st = fm_coordinator_run(&cfg, &g_stop);
+    if (st == FM_ERR_ARG) { /* a configuration the user can fix: one plain line */
+        fprintf(stderr, "fedmoe-server: %s\n", fm_error_last());
+        return 2;
+    }
     if (st != FM_OK) {
         fm_errorf("%s", fm_error_last());
-        fprintf(stderr, "fedmoe-server: %s\n", fm_error_last());
-        return st == FM_ERR_ARG ? 2 : 1;
+        return 1;
     }
     return 0;
 }

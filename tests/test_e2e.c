@@ -277,6 +277,7 @@ static float *fake_round(const char *db, const int order[3], float *const vecs[3
         h.protocol_version = FM_PROTOCOL_VERSION;
         h.specialists = 2;
         h.partition_index = -1;
+        h.train_samples = samples[i]; /* ready: it has its data */
         env.body_case = FEDMOE__ENVELOPE__BODY_HELLO;
         env.hello = &h;
         send_env(f[i].sock, &env);
@@ -431,6 +432,37 @@ static void test_bad_arguments(void **state)
         assert_int_not_equal(rc, 0);
         assert_int_equal(procs_count_lines(out), 1);
         free(out);
+    }
+    /* databases the coordinator cannot use: one line at start, non-zero exit */
+    char garbage[512];
+    snprintf(garbage, sizeof garbage, "%s/garbage.db", dir);
+    FILE *g = fopen(garbage, "w");
+    fprintf(g, "this is not a database\n");
+    fclose(g);
+    const char *dbs[] = {dir /* a folder */, "/nonexistent/folder/x.db", garbage};
+    for (size_t i = 0; i < sizeof dbs / sizeof dbs[0]; i++) {
+        char cmd2[1024], *o;
+        snprintf(cmd2, sizeof cmd2, "%s --db %s 2>&1 >/dev/null", BIN("server/fedmoe-server"), dbs[i]);
+        int rc = procs_capture(cmd2, &o);
+        assert_int_not_equal(rc, 0);
+        assert_int_equal(procs_count_lines(o), 1);
+        free(o);
+    }
+    /* a full disk, when this machine lets the test mount a small tmpfs */
+    char tiny[512], mnt[1200];
+    snprintf(tiny, sizeof tiny, "%s/tiny", dir);
+    snprintf(mnt, sizeof mnt, "mkdir -p %s && mount -t tmpfs -o size=2m tmpfs %s 2>/dev/null", tiny, tiny);
+    if (system(mnt) == 0) {
+        char cmd2[1024], *o;
+        snprintf(cmd2, sizeof cmd2, "%s --db %s/x.db 2>&1 >/dev/null", BIN("server/fedmoe-server"), tiny);
+        int rc = procs_capture(cmd2, &o);
+        assert_int_not_equal(rc, 0);
+        assert_non_null(strstr(o, "MB free"));
+        free(o);
+        snprintf(mnt, sizeof mnt, "umount %s", tiny);
+        assert_int_equal(system(mnt), 0);
+    } else {
+        fprintf(stderr, "  (no tmpfs mount here: the full-disk start check was not exercised)\n");
     }
     /* a corrupt config file names the line */
     char ini[512], cmd[1024], *out;

@@ -67,9 +67,16 @@ fm_status fm_store_open(fm_store_t **out, const char *path, bool readonly)
     sqlite3_busy_timeout(s->db, 5000);
     char *err = NULL;
     if (!readonly) {
+        if (sqlite3_db_readonly(s->db, "main") == 1) {
+            fm_error_set("%s: the database is read-only; the coordinator needs to write its round log", path);
+            fm_store_close(&s);
+            return FM_ERR_IO;
+        }
+        /* a write probe: catches read-only folders and files that are not databases */
         if (sqlite3_exec(s->db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;", NULL, NULL, &err) != SQLITE_OK ||
-            sqlite3_exec(s->db, SCHEMA, NULL, NULL, &err) != SQLITE_OK) {
-            fm_error_set("%s: cannot set up the database: %s", path, err ? err : "?");
+            sqlite3_exec(s->db, SCHEMA, NULL, NULL, &err) != SQLITE_OK ||
+            sqlite3_exec(s->db, "BEGIN IMMEDIATE; COMMIT;", NULL, NULL, &err) != SQLITE_OK) {
+            fm_error_set("%s: cannot use it as the round log: %s", path, err ? err : "?");
             sqlite3_free(err);
             fm_store_close(&s);
             return FM_ERR_IO;
