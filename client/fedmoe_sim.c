@@ -278,7 +278,7 @@ int main(int argc, char **argv)
 
     char run_id[64] = "";
     int shown = 0, server_status = -1;
-    bool server_done = false;
+    bool server_done = false, client_failed = false;
     while (!server_done) {
         if (g_stop) {
             kill(spid, SIGTERM);
@@ -289,6 +289,21 @@ int main(int argc, char **argv)
         }
         usleep(300000);
         int status;
+        /* a client that fails (no data, rejected, crashed) stops the job with its reason */
+        for (int i = 0; i < clients && !client_failed; i++) {
+            if (cpids[i] > 0 && waitpid(cpids[i], &status, WNOHANG) == cpids[i]) {
+                int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+                cpids[i] = 0;
+                if (code != 0 && !server_done) {
+                    char clog[PATH_MAX + 64];
+                    snprintf(clog, sizeof clog, "%s/client-%03d.log", wd, i);
+                    fprintf(stderr, "fedmoe-sim: client-%03d exited with status %d; the end of %s:\n", i, code, clog);
+                    tail_file(clog, 4);
+                    client_failed = true;
+                    kill(spid, SIGTERM);
+                }
+            }
+        }
         if (waitpid(spid, &status, WNOHANG) == spid) {
             server_done = true;
             server_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
@@ -347,6 +362,10 @@ int main(int argc, char **argv)
             waitpid(cpids[i], NULL, 0);
         }
     free(cpids);
+    if (client_failed) {
+        fm_store_close(&store);
+        return 1;
+    }
     if (server_status != 0) {
         fprintf(stderr, "fedmoe-sim: the coordinator exited with status %d; the end of %s/server.log:\n", server_status, wd);
         snprintf(log, sizeof log, "%s/server.log", wd);

@@ -464,6 +464,16 @@ static void test_bad_arguments(void **state)
     } else {
         fprintf(stderr, "  (no tmpfs mount here: the full-disk start check was not exercised)\n");
     }
+    /* a job whose clients cannot load their data stops with the reason, not a hang */
+    {
+        char cmd2[1024], *o;
+        snprintf(cmd2, sizeof cmd2, "%s --clients 2 --rounds 1 --dataset fmnist:/nonexistent --db %s/nodata.db 2>&1",
+                 BIN("client/fedmoe-sim"), dir);
+        int rc = procs_capture(cmd2, &o);
+        assert_int_not_equal(rc, 0);
+        assert_non_null(strstr(o, "No such file"));
+        free(o);
+    }
     /* a corrupt config file names the line */
     char ini[512], cmd[1024], *out;
     snprintf(ini, sizeof ini, "%s/bad.ini", dir);
