@@ -536,15 +536,27 @@ static void sweep_silent(coord_t *c)
 /* Closes the round: aggregates and commits, or (short of the quorum) runs it again. */
 static fm_status close_round(coord_t *c)
 {
-    int selected = 0, completed = 0;
+    int selected = 0, completed = 0, working = 0;
     for (int i = 0; i < c->nclients; i++) {
-        selected += c->clients[i].selected;
-        completed += c->clients[i].done;
+        const client_t *cl = &c->clients[i];
+        selected += cl->selected;
+        completed += cl->done;
+        working += cl->selected && !cl->done && cl->connected;
+    }
+    if (completed < c->cfg->min_clients && completed + working >= c->cfg->min_clients) {
+        /* short of the quorum, but clients that are alive are still training: wait
+         * for them rather than resend the round and make them start over */
+        fm_warn("round %d: %d of %d updates by the deadline, the quorum is %d; %d clients still training: "
+                "waiting another %.0f s",
+                c->round, completed, selected, c->cfg->min_clients, working, c->cfg->round_timeout);
+        c->deadline = fm_clock_seconds() + c->cfg->round_timeout;
+        return FM_OK;
     }
     c->in_round = false;
     if (completed < c->cfg->min_clients) {
-        fm_warn("round %d: %d of %d updates by the deadline, the quorum is %d: running the round again", c->round,
-                completed, selected, c->cfg->min_clients);
+        fm_warn("round %d: %d of %d updates and too few clients left for the quorum of %d: running the round again "
+                "when enough clients are ready",
+                c->round, completed, selected, c->cfg->min_clients);
         return FM_OK;
     }
     if (c->spec.strategy != FM_STRATEGY_LOCAL && fm_aggregator_mean(c->agg_model, c->global) != FM_OK)
