@@ -13,18 +13,12 @@
 #include "fedmoe/kernels.h"
 #include "fedmoe/log.h"
 #include "fedmoe/model.h"
+#include "fedmoe/signals.h"
 #include "fedmoe/rng.h"
 #include "fedmoe/train.h"
 #include "fedmoe/wire.h"
 #include "session.h"
 
-static volatile sig_atomic_t g_stop = 0;
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    g_stop = 1;
-}
 
 static void usage(FILE *f)
 {
@@ -204,11 +198,8 @@ int main(int argc, char **argv)
         }
         if (dataset_given)
             snprintf(sc.dataset, sizeof sc.dataset, "%s", ds.dataset);
-        struct sigaction sa = {0};
-        sa.sa_handler = on_signal;
-        sigaction(SIGTERM, &sa, NULL);
-        sigaction(SIGINT, &sa, NULL);
-        if (fm_session_run(&sc, &g_stop) != FM_OK)
+        fm_signals_install();
+        if (fm_session_run(&sc, &fm_stop_requested) != FM_OK)
             return fail();
         return 0;
     }

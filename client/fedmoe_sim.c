@@ -22,17 +22,11 @@
 #include "fedmoe/clock.h"
 #include "fedmoe/log.h"
 #include "fedmoe/runspec.h"
+#include "fedmoe/signals.h"
 #include "fedmoe/store.h"
 
 extern char **environ;
 
-static volatile sig_atomic_t g_stop = 0;
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    g_stop = 1;
-}
 
 static void usage(FILE *f)
 {
@@ -233,10 +227,7 @@ int main(int argc, char **argv)
     snprintf(endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", port);
     snprintf(nclients, sizeof nclients, "%d", clients);
     snprintf(nrounds, sizeof nrounds, "%d", rounds);
-    struct sigaction sa = {0};
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    fm_signals_install();
 
     /* the previous latest run, to recognise the new one */
     char before[64] = "";
@@ -280,12 +271,12 @@ int main(int argc, char **argv)
     int shown = 0, server_status = -1;
     bool server_done = false, client_failed = false;
     while (!server_done) {
-        if (g_stop) {
+        if (fm_stop_requested) {
             kill(spid, SIGTERM);
             for (int i = 0; i < clients; i++)
                 if (cpids[i] > 0)
                     kill(cpids[i], SIGTERM);
-            g_stop = 0;
+            fm_stop_requested = 0;
         }
         usleep(300000);
         int status;

@@ -11,14 +11,8 @@
 #include "fedmoe/args.h"
 #include "fedmoe/kernels.h"
 #include "fedmoe/log.h"
+#include "fedmoe/signals.h"
 
-static volatile sig_atomic_t g_stop = 0;
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    g_stop = 1;
-}
 
 static void usage(FILE *f)
 {
@@ -214,12 +208,8 @@ int main(int argc, char **argv)
         return 2;
     }
     fm_kernels_set_threads(1);
-    struct sigaction sa = {0};
-    sa.sa_handler = on_signal;
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
-    fm_status st = fm_coordinator_run(&cfg, &g_stop);
+    fm_signals_install();
+    fm_status st = fm_coordinator_run(&cfg, &fm_stop_requested);
     if (st == FM_ERR_ARG) { /* a configuration the user can fix: one plain line */
         fprintf(stderr, "fedmoe-server: %s\n", fm_error_last());
         return 2;

@@ -1,3 +1,8 @@
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
 #include "procs.h"
 
 #include <fcntl.h>
@@ -124,4 +129,22 @@ bool procs_integrity_ok(const char *db)
     sqlite3_exec(h, "PRAGMA integrity_check", on_row, &ok, NULL);
     sqlite3_close(h);
     return ok;
+}
+
+int procs_run_tests(const char *name, const struct CMUnitTest *tests, size_t n, char *dir, size_t dircap)
+{
+    snprintf(dir, dircap, "/tmp/fedmoe-test-%s-XXXXXX", name);
+    if (!mkdtemp(dir))
+        return 1;
+    signal(SIGPIPE, SIG_IGN);
+    int rc = _cmocka_run_group_tests(name, tests, n, NULL, NULL);
+    if (rc == 0) {
+        char cmd[400];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        if (system(cmd) != 0)
+            rc = 1;
+    } else {
+        fprintf(stderr, "logs kept in %s\n", dir);
+    }
+    return rc;
 }

@@ -4,9 +4,15 @@
 #define FEDMOE_TEST_PROCS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <sys/types.h>
 
 #define BIN(name) FM_BIN_DIR "/" name
+
+struct CMUnitTest;
+/* Makes a scratch folder /tmp/fedmoe-test-NAME-XXXXXX into dir, runs the tests,
+ * removes the folder if they passed (keeps it, and says where, if not). */
+int procs_run_tests(const char *name, const struct CMUnitTest *tests, size_t n, char *dir, size_t dircap);
 
 /* Starts argv[0] with stdout and stderr to log. */
 pid_t procs_spawn(char *const argv[], const char *log);

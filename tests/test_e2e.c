@@ -488,24 +488,11 @@ static void test_bad_arguments(void **state)
 
 int main(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/fedmoe-test-e2e-XXXXXX");
-    if (!mkdtemp(dir))
-        return 1;
-    signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_coordinator_average_any_order),
         cmocka_unit_test(test_sim_and_history),
         cmocka_unit_test(test_resume_after_stop),
     };
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    if (rc == 0) {
-        char cmd[300];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-        if (system(cmd) != 0)
-            rc = 1;
-    } else {
-        fprintf(stderr, "logs kept in %s\n", dir);
-    }
-    return rc;
+    return procs_run_tests("e2e", tests, sizeof tests / sizeof tests[0], dir, sizeof dir);
 }

@@ -272,22 +272,9 @@ static void test_coordinator_crash_is_bit_identical(void **state)
 
 int main(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/fedmoe-test-faults-XXXXXX");
-    if (!mkdtemp(dir))
-        return 1;
-    signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_coordinator_crash_is_bit_identical),
         cmocka_unit_test(test_killed_and_stalled_clients),
     };
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    if (rc == 0) {
-        char cmd[300];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-        if (system(cmd) != 0)
-            rc = 1;
-    } else {
-        fprintf(stderr, "logs kept in %s\n", dir);
-    }
-    return rc;
+    return procs_run_tests("faults", tests, sizeof tests / sizeof tests[0], dir, sizeof dir);
 }

@@ -1,0 +1,21 @@
+#include "fedmoe/signals.h"
+
+#include <stddef.h>
+
+volatile sig_atomic_t fm_stop_requested = 0;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    fm_stop_requested = 1;
+}
+
+void fm_signals_install(void)
+{
+    struct sigaction sa = {0};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
