@@ -2,7 +2,8 @@
  * sends N messages of each bad kind, counting the Error replies; the coordinator
  * must answer (where a reply is possible) and keep serving the honest clients.
  *   badpeer ENDPOINT N SEED
- * Prints one line: "badpeer: kind=sent/errors ..." */
+ * Prints one line: "badpeer: kind=sent/errors ..." (oversized messages get no
+ * reply: ZeroMQ closes the connection before the coordinator sees them). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,9 +89,9 @@ int main(int argc, char **argv)
     for (int i = 0; i < 64; i++)
         x[i] = 0.5f;
     const char *names[] = {"random_bytes", "truncated", "wrong_version", "no_body", "before_hello", "wrong_round",
-                           "absurd_samples", "multi_frame"};
-    int sent[8] = {0}, errs[8] = {0};
-    for (int k = 0; k < 8; k++) {
+                           "absurd_samples", "multi_frame", "oversized"};
+    int sent[9] = {0}, errs[9] = {0};
+    for (int k = 0; k < 9; k++) {
         if (k == 5) { /* from here on, as a registered (never ready) client */
             Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
             Fedmoe__Hello h = FEDMOE__HELLO__INIT;
@@ -136,6 +137,13 @@ int main(int argc, char **argv)
             case 5: up.round = 100000 + fm_rng_below(&r, 1000); send_env(&env, FM_PROTOCOL_VERSION); break;
             case 6: up.train_samples = 1ull << 40; up.round = 0; send_env(&env, FM_PROTOCOL_VERSION); break;
             case 7: zmq_send(sock, "x", 1, ZMQ_SNDMORE); send_env(&env, FM_PROTOCOL_VERSION); break;
+            case 8: { /* over any message limit: ZeroMQ drops the connection, no reply is possible */
+                size_t big = 64u << 20;
+                uint8_t *junk = calloc(big, 1);
+                send_bytes(junk, big);
+                free(junk);
+                break;
+            }
             }
             fm_wire_tensor_clear(&t);
             sent[k]++;
@@ -143,7 +151,7 @@ int main(int argc, char **argv)
         errs[k] += drain_errors(2000);
     }
     printf("badpeer:");
-    for (int k = 0; k < 8; k++)
+    for (int k = 0; k < 9; k++)
         printf(" %s=%d/%d", names[k], sent[k], errs[k]);
     printf("\n");
     zmq_close(sock);

@@ -81,7 +81,7 @@ cat <<EOT
 | client stalled past the client timeout (SIGSTOP 7 s, SIGCONT) | $k_stall |
 | coordinator SIGKILL, restarted | $k_coord |
 | coordinator SIGTERM, restarted | $k_term |
-| bad messages sent / Error replies received | $bad_sent / $bad_err |
+| bad messages sent / Error replies received (oversized ones get none) | $bad_sent / $bad_err |
 | runs in the database (must be 1) | $runs ($status) |
 | rounds lost | $lost |
 | rounds duplicated | $dup |
