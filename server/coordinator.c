@@ -67,7 +67,7 @@ void fm_server_config_default(fm_server_config_t *c)
     c->min_clients = 2;
     c->fraction = 1.0;
     c->round_timeout = 600.0;
-    c->client_timeout = 30.0;
+    c->client_timeout = 15.0;
     fm_run_spec_default(&c->spec);
 }
 

@@ -23,7 +23,7 @@ typedef struct {
     int min_clients;       /* clients a round needs, and its quorum (2) */
     double fraction;       /* fraction of connected clients selected per round (1.0) */
     double round_timeout;  /* seconds from tasks to deadline (600) */
-    double client_timeout; /* seconds without a message before a client is taken as gone (30) */
+    double client_timeout; /* seconds without a message before a client is taken as gone (15) */
     bool new_run;          /* start a new run even if the latest one is unfinished */
     size_t max_message;    /* bytes; 0 = derived from the model size */
     fm_run_spec_t spec;

@@ -31,7 +31,7 @@ static void usage(FILE *f)
             "  --fraction F          fraction of connected clients per round, 0 < F <= 1 (default 1)\n"
             "  --round-timeout S     seconds a round waits for updates (default 600)\n"
             "  --client-timeout S    seconds without a message (clients send a heartbeat every second,\n"
-            "                        also while training) before a client is taken as gone (default 30)\n"
+            "                        also while training) before a client is taken as gone (default 15)\n"
             "  --strategy S          local, fedavg, comigs, pfedmoap or full (default full)\n"
             "  --seed N              run seed (default 1)\n"
             "  --new-run             start a new run even if the latest one is unfinished\n"
