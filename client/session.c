@@ -433,13 +433,9 @@ fm_status fm_session_run(const fm_session_config_t *cfg, volatile sig_atomic_t *
         goto out;
     }
     zmq_setsockopt(s.sock, ZMQ_ROUTING_ID, cfg->id, strlen(cfg->id));
-    int hwm = 0, linger = 2000;
-    zmq_setsockopt(s.sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
-    zmq_setsockopt(s.sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    int linger = 2000;
     zmq_setsockopt(s.sock, ZMQ_LINGER, &linger, sizeof linger);
-    int hb_ivl = 2000, hb_timeout = 10000;
-    zmq_setsockopt(s.sock, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof hb_ivl);
-    zmq_setsockopt(s.sock, ZMQ_HEARTBEAT_TIMEOUT, &hb_timeout, sizeof hb_timeout);
+    fm_wire_tune_socket(s.sock);
     if (zmq_connect(s.sock, cfg->connect) != 0) {
         fm_error_set("cannot connect to %s: %s", cfg->connect, zmq_strerror(zmq_errno()));
         st = FM_ERR_ARG;

@@ -908,14 +908,10 @@ fm_status fm_coordinator_run(const fm_server_config_t *cfg, volatile sig_atomic_
         goto out;
     }
     int64_t maxsz = (int64_t)c.max_message;
-    int one = 1, hwm = 0;
+    int one = 1;
     zmq_setsockopt(c.sock, ZMQ_MAXMSGSIZE, &maxsz, sizeof maxsz);
     zmq_setsockopt(c.sock, ZMQ_ROUTER_HANDOVER, &one, sizeof one);
-    zmq_setsockopt(c.sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
-    zmq_setsockopt(c.sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
-    int hb_ivl = 2000, hb_timeout = 10000;
-    zmq_setsockopt(c.sock, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof hb_ivl);
-    zmq_setsockopt(c.sock, ZMQ_HEARTBEAT_TIMEOUT, &hb_timeout, sizeof hb_timeout);
+    fm_wire_tune_socket(c.sock);
     if (zmq_bind(c.sock, cfg->bind) != 0) {
         fm_error_set("cannot bind %s: %s", cfg->bind, zmq_strerror(zmq_errno()));
         st = FM_ERR_IO;

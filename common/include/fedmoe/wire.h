@@ -52,6 +52,11 @@ fm_status fm_wire_encode(Fedmoe__Envelope *env, uint8_t **buf, size_t *len);
  * fedmoe__envelope__free_unpacked(*out, NULL). */
 fm_status fm_wire_decode(const uint8_t *buf, size_t len, size_t max_len, Fedmoe__Envelope **out);
 
+/* The socket options both sides use: no high-water mark (a federated round is a
+ * few large messages, never a flood), ZMTP heartbeats every 2 s with a 10 s
+ * timeout so dead TCP peers are noticed. */
+void fm_wire_tune_socket(void *socket);
+
 /* Sends env on a ZeroMQ socket; with a non-NULL identity (ROUTER) the identity
  * frame goes first. Non-blocking: a peer that cannot take it gets nothing. */
 fm_status fm_wire_send(void *socket, const char *identity, Fedmoe__Envelope *env);
