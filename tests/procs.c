@@ -19,6 +19,18 @@
 
 extern char **environ;
 
+/* Every process a test started, so that none outlives a failed assertion. */
+static pid_t g_started[1024];
+static int g_nstarted;
+
+static void kill_leftovers(void)
+{
+    for (int i = 0; i < g_nstarted; i++)
+        if (g_started[i] > 0 && kill(g_started[i], SIGKILL) == 0)
+            waitpid(g_started[i], NULL, 0);
+    g_nstarted = 0;
+}
+
 pid_t procs_spawn(char *const argv[], const char *log)
 {
     posix_spawn_file_actions_t fa;
@@ -28,7 +40,11 @@ pid_t procs_spawn(char *const argv[], const char *log)
     pid_t pid;
     int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
-    return rc == 0 ? pid : -1;
+    if (rc != 0)
+        return -1;
+    if (g_nstarted < (int)(sizeof g_started / sizeof g_started[0]))
+        g_started[g_nstarted++] = pid;
+    return pid;
 }
 
 int procs_wait(pid_t pid, double seconds)
@@ -138,6 +154,7 @@ int procs_run_tests(const char *name, const struct CMUnitTest *tests, size_t n, 
         return 1;
     signal(SIGPIPE, SIG_IGN);
     int rc = _cmocka_run_group_tests(name, tests, n, NULL, NULL);
+    kill_leftovers();
     if (rc == 0) {
         char cmd[400];
         snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
