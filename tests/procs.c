@@ -47,8 +47,16 @@ pid_t procs_spawn(char *const argv[], const char *log)
     return pid;
 }
 
+static void forget(pid_t pid)
+{
+    for (int i = 0; i < g_nstarted; i++)
+        if (g_started[i] == pid)
+            g_started[i] = 0;
+}
+
 int procs_wait(pid_t pid, double seconds)
 {
+    forget(pid); /* reaped here either way: never signal a recycled pid */
     for (int i = 0; i < (int)(seconds * 20); i++) {
         int status;
         if (waitpid(pid, &status, WNOHANG) == pid)
