@@ -158,7 +158,7 @@ static void test_killed_and_stalled_clients(void **state)
     int killed_in = procs_committed_rounds(db) + 1;
     usleep(200000);
     kill(c[3], SIGKILL);
-    waitpid(c[3], NULL, 0);
+    procs_wait(c[3], 10);
     /* the round closes with the others; then the client comes back */
     for (int i = 0; i < 600 && procs_committed_rounds(db) < killed_in; i++)
         usleep(50000);
@@ -229,7 +229,7 @@ static void crash_run(const char *tag, const kill_t *kills, int nkills, char sha
             usleep(25000);
         usleep((useconds_t)kills[k].delay_ms * 1000);
         kill(server, SIGKILL);
-        waitpid(server, NULL, 0);
+        procs_wait(server, 10);
         fprintf(stderr, "  %s: coordinator killed %d ms after round %d, %d rounds committed\n", tag, kills[k].delay_ms,
                 kills[k].after_round, procs_committed_rounds(db));
         assert_true(procs_integrity_ok(db));
