@@ -476,10 +476,18 @@ static void handle_update(coord_t *c, client_t *cl, const Fedmoe__Update *u, siz
     }
     /* validate everything before changing anything */
     if (c->spec.strategy != FM_STRATEGY_LOCAL) {
-        if (u->n_model != 1 || fm_wire_tensor_get(u->model[0], "model", 1, (uint32_t)c->nglobal, c->scratch) != FM_OK ||
-            fm_aggregator_check(c->agg_model, c->scratch, u->train_samples) != FM_OK) {
-            snprintf(why, sizeof why, "model: %s", u->n_model != 1 ? "expected one tensor" : fm_error_last());
-            send_error(c, cl->id, u->n_model != 1 ? FM_WIRE_BAD_TENSOR : fm_wire_last_code() ? fm_wire_last_code() : FM_WIRE_BAD_VALUE, why);
+        fm_wire_code code = FM_WIRE_OK;
+        if (u->n_model != 1) {
+            code = FM_WIRE_BAD_TENSOR;
+            fm_error_set("expected one tensor");
+        } else if (fm_wire_tensor_get(u->model[0], "model", 1, (uint32_t)c->nglobal, c->scratch) != FM_OK) {
+            code = fm_wire_last_code();
+        } else if (fm_aggregator_check(c->agg_model, c->scratch, u->train_samples) != FM_OK) {
+            code = FM_WIRE_BAD_VALUE;
+        }
+        if (code != FM_WIRE_OK) {
+            snprintf(why, sizeof why, "model: %s", fm_error_last());
+            send_error(c, cl->id, code, why);
             return;
         }
     }

@@ -14,8 +14,10 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zmq.h>
 
 #include "fedmoe/store.h"
+#include "fedmoe/wire.h"
 
 extern char **environ;
 
@@ -171,5 +173,47 @@ int procs_run_tests(const char *name, const struct CMUnitTest *tests, size_t n, 
     } else {
         fprintf(stderr, "logs kept in %s\n", dir);
     }
+    return rc;
+}
+
+int procs_send_env(void *sock, Fedmoe__Envelope *env)
+{
+    uint8_t *buf;
+    size_t len;
+    if (fm_wire_encode(env, &buf, &len) != FM_OK)
+        return -1;
+    int rc = zmq_send(sock, buf, len, 0) == (int)len ? 0 : -1;
+    free(buf);
+    return rc;
+}
+
+int procs_send_update(void *sock, uint32_t round, const float *vec, uint32_t n, const float *prompt, uint64_t samples)
+{
+    Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
+    Fedmoe__Update up = FEDMOE__UPDATE__INIT;
+    Fedmoe__Metrics m = FEDMOE__METRICS__INIT;
+    Fedmoe__Tensor t, p, *list[1];
+    if (fm_wire_tensor_set(&t, "model", vec, 1, n) != FM_OK)
+        return -1;
+    if (fm_wire_tensor_set(&p, "prompt", prompt, 4, 64) != FM_OK) {
+        fm_wire_tensor_clear(&t);
+        return -1;
+    }
+    list[0] = &t;
+    up.round = round;
+    up.model = list;
+    up.n_model = 1;
+    up.prompt = &p;
+    up.train_samples = samples;
+    m.train_loss = 1.0f;
+    m.test_accuracy = 0.5f;
+    m.test_samples = 10;
+    m.test_correct = 5;
+    up.metrics = &m;
+    env.body_case = FEDMOE__ENVELOPE__BODY_UPDATE;
+    env.update = &up;
+    int rc = procs_send_env(sock, &env);
+    fm_wire_tensor_clear(&t);
+    fm_wire_tensor_clear(&p);
     return rc;
 }

@@ -5,7 +5,10 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
+
+#include "fedmoe/wire.h"
 
 #define BIN(name) FM_BIN_DIR "/" name
 
@@ -13,6 +16,13 @@ struct CMUnitTest;
 /* Makes a scratch folder /tmp/fedmoe-test-NAME-XXXXXX into dir, runs the tests,
  * removes the folder if they passed (keeps it, and says where, if not). */
 int procs_run_tests(const char *name, const struct CMUnitTest *tests, size_t n, char *dir, size_t dircap);
+
+/* Speaking the protocol from a test: encode and send env on a DEALER socket;
+ * send an Update of round with a 1 x n model tensor, a 4 x 64 prompt, samples
+ * and plausible metrics. Return 0 when sent. */
+
+int procs_send_env(void *sock, Fedmoe__Envelope *env);
+int procs_send_update(void *sock, uint32_t round, const float *vec, uint32_t n, const float *prompt, uint64_t samples);
 
 /* Starts argv[0] with stdout and stderr to log. */
 pid_t procs_spawn(char *const argv[], const char *log);

@@ -217,39 +217,11 @@ static Fedmoe__Envelope *expect(void *sock, Fedmoe__Envelope__BodyCase kind)
     return NULL;
 }
 
-static void send_env(void *sock, Fedmoe__Envelope *env)
-{
-    uint8_t *buf;
-    size_t len;
-    assert_int_equal(fm_wire_encode(env, &buf, &len), FM_OK);
-    assert_int_equal(zmq_send(sock, buf, len, 0), (int)len);
-    free(buf);
-}
+static void send_env(void *sock, Fedmoe__Envelope *env) { assert_int_equal(procs_send_env(sock, env), 0); }
 
 static void send_update(void *sock, uint32_t round, const float *vec, uint32_t n, const float *prompt, uint64_t samples)
 {
-    Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
-    Fedmoe__Update up = FEDMOE__UPDATE__INIT;
-    Fedmoe__Metrics m = FEDMOE__METRICS__INIT;
-    Fedmoe__Tensor t, p, *list[1];
-    fm_wire_tensor_set(&t, "model", vec, 1, n);
-    fm_wire_tensor_set(&p, "prompt", prompt, 4, 64);
-    list[0] = &t;
-    up.round = round;
-    up.model = list;
-    up.n_model = 1;
-    up.prompt = &p;
-    up.train_samples = samples;
-    m.train_loss = 1.0f;
-    m.test_accuracy = 0.5f;
-    m.test_samples = 10;
-    m.test_correct = 5;
-    up.metrics = &m;
-    env.body_case = FEDMOE__ENVELOPE__BODY_UPDATE;
-    env.update = &up;
-    send_env(sock, &env);
-    fm_wire_tensor_clear(&t);
-    fm_wire_tensor_clear(&p);
+    assert_int_equal(procs_send_update(sock, round, vec, n, prompt, samples), 0);
 }
 
 /* One run of one round with 3 fake clients uploading in `order`; returns the

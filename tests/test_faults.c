@@ -36,14 +36,7 @@ static pid_t start_client(const char *endpoint, int i, int n, const char *tag, b
     return procs_spawn(argv, log);
 }
 
-static void send_env(void *sock, Fedmoe__Envelope *env)
-{
-    uint8_t *buf;
-    size_t len;
-    assert_int_equal(fm_wire_encode(env, &buf, &len), FM_OK);
-    zmq_send(sock, buf, len, 0);
-    free(buf);
-}
+static void send_env(void *sock, Fedmoe__Envelope *env) { assert_int_equal(procs_send_env(sock, env), 0); }
 
 static Fedmoe__Envelope *recv_kind(void *sock, Fedmoe__Envelope__BodyCase kind, int timeout_ms)
 {
@@ -124,28 +117,11 @@ static void test_killed_and_stalled_clients(void **state)
     }
     /* the round closed without it; its late update is refused by the round number */
     float *vec = calloc(n, sizeof(float)), prompt[256] = {0};
-    Fedmoe__Envelope uenv = FEDMOE__ENVELOPE__INIT;
-    Fedmoe__Update up = FEDMOE__UPDATE__INIT;
-    Fedmoe__Metrics m = FEDMOE__METRICS__INIT;
-    Fedmoe__Tensor t, p, *list[1];
-    fm_wire_tensor_set(&t, "model", vec, 1, n);
-    fm_wire_tensor_set(&p, "prompt", prompt, 4, 64);
-    list[0] = &t;
-    up.round = stalled_round;
-    up.model = list;
-    up.n_model = 1;
-    up.prompt = &p;
-    up.train_samples = 100;
-    up.metrics = &m;
-    uenv.body_case = FEDMOE__ENVELOPE__BODY_UPDATE;
-    uenv.update = &up;
-    send_env(staller, &uenv);
+    assert_int_equal(procs_send_update(staller, stalled_round, vec, n, prompt, 100), 0);
     Fedmoe__Envelope *err = recv_kind(staller, FEDMOE__ENVELOPE__BODY_ERROR, 20000);
     assert_non_null(err);
     assert_int_equal(err->error->code, FM_WIRE_WRONG_ROUND);
     fedmoe__envelope__free_unpacked(err, NULL);
-    fm_wire_tensor_clear(&t);
-    fm_wire_tensor_clear(&p);
     free(vec);
     int linger = 0;
     zmq_setsockopt(staller, ZMQ_LINGER, &linger, sizeof linger);

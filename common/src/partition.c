@@ -100,7 +100,8 @@ fm_status fm_partition_make(fm_partition_t *p, const uint8_t *labels, size_t n, 
     size_t *start = calloc(classes, sizeof(size_t)), *count = calloc(classes, sizeof(size_t));
     ulist_t *lists = calloc(clients, sizeof(ulist_t));
     double *prop = calloc(clients, sizeof(double));
-    if (!tmp || !start || !count || !lists || !prop)
+    uint32_t *holders = calloc(clients, sizeof(uint32_t)); /* pathological: the clients holding a class */
+    if (!tmp || !start || !count || !lists || !prop || !holders)
         goto out;
     if ((st = group_by_class(labels, n, classes, &by, start, count)) != FM_OK)
         goto out;
@@ -164,11 +165,11 @@ fm_status fm_partition_make(fm_partition_t *p, const uint8_t *labels, size_t n, 
         int s = cfg->classes_per_client;
         for (int c = 0; c < classes; c++) {
             /* the clients holding class c: those j with c in {(j*s + t) mod C} */
-            int holders[4096], nh = 0;
-            for (int j = 0; j < clients && nh < 4096; j++)
+            int nh = 0;
+            for (int j = 0; j < clients; j++)
                 for (int t = 0; t < s; t++)
                     if ((j * s + t) % classes == c) {
-                        holders[nh++] = j;
+                        holders[nh++] = (uint32_t)j;
                         break;
                     }
             if (nh == 0)
@@ -218,6 +219,7 @@ out:
             free(lists[j].v);
     free(lists);
     free(prop);
+    free(holders);
     free(tmp);
     free(by);
     free(start);

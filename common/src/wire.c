@@ -120,6 +120,7 @@ fm_status fm_wire_tensor_get(const Fedmoe__Tensor *t, const char *name, uint32_t
         }
         out[i] = f;
     }
+    g_code = FM_WIRE_OK;
     return FM_OK;
 }
 
