@@ -368,11 +368,13 @@ static fm_status handle_task(session_t *s, const Fedmoe__Task *t)
     free(gp);
     free(nl);
     fm_train_stats_t ts;
-    fm_eval_t ev;
+    fm_eval_t ev, vv = {0};
     double t0 = fm_clock_seconds();
     fm_status st = fm_trainer_run(s->trainer, &s->data.train, &s->data.val, s->spec.local_epochs, &ts);
     if (st == FM_OK)
         st = fm_evaluate(s->model, &s->data.test, &ev);
+    if (st == FM_OK && s->data.val.n > 0)
+        st = fm_evaluate(s->model, &s->data.val, &vv);
     if (st != FM_OK)
         return st;
     s->last_round = (int)t->round;
@@ -389,6 +391,8 @@ static fm_status handle_task(session_t *s, const Fedmoe__Task *t)
     m.generalist_share = (float)ev.generalist_share;
     m.test_samples = ev.n;
     m.test_correct = ev.correct;
+    m.val_samples = vv.n;
+    m.val_correct = vv.correct;
     m.seconds = fm_clock_seconds() - t0;
     up.metrics = &m;
     bool built = true;

@@ -470,7 +470,7 @@ static void handle_update(coord_t *c, client_t *cl, const Fedmoe__Update *u, siz
     if (!m || !isfinite(m->train_loss) || !isfinite(m->val_loss) || !isfinite(m->test_loss) ||
         !(m->test_accuracy >= 0.0f && m->test_accuracy <= 1.0f) ||
         !(m->generalist_share >= 0.0f && m->generalist_share <= 1.0f) || m->test_correct > m->test_samples ||
-        m->test_samples > (1ull << 40) || !(m->seconds >= 0.0 && m->seconds < 1e9)) {
+        m->test_samples > (1ull << 40) || m->val_correct > m->val_samples || m->val_samples > (1ull << 40) || !(m->seconds >= 0.0 && m->seconds < 1e9)) {
         send_error(c, cl->id, FM_WIRE_BAD_VALUE, "metrics missing or out of range");
         return;
     }
@@ -519,6 +519,8 @@ static void handle_update(coord_t *c, client_t *cl, const Fedmoe__Update *u, siz
     row->train_samples = (int64_t)u->train_samples;
     row->test_samples = (int64_t)m->test_samples;
     row->test_correct = (int64_t)m->test_correct;
+    row->val_samples = (int64_t)m->val_samples;
+    row->val_correct = (int64_t)m->val_correct;
     row->seconds = m->seconds;
     row->bytes_up = (int64_t)bytes;
     c->bytes_up += (int64_t)bytes;
@@ -581,7 +583,7 @@ static fm_status close_round(coord_t *c)
     r.selected = selected;
     r.completed = completed;
     r.dropped = selected - completed;
-    double tl = 0, tn = 0, sl = 0, sn = 0, corr = 0;
+    double tl = 0, tn = 0, sl = 0, sn = 0, corr = 0, vn = 0, vcorr = 0;
     int n = 0;
     for (int i = 0; i < c->nclients; i++) {
         client_t *cl = &c->clients[i];
@@ -594,11 +596,14 @@ static fm_status close_round(coord_t *c)
             sl += cl->row.test_loss * (double)cl->row.test_samples;
             sn += (double)cl->row.test_samples;
             corr += (double)cl->row.test_correct;
+            vn += (double)cl->row.val_samples;
+            vcorr += (double)cl->row.val_correct;
         }
     }
     r.train_loss = tn > 0 ? tl / tn : 0.0;
     r.test_loss = sn > 0 ? sl / sn : 0.0;
     r.test_accuracy = sn > 0 ? corr / sn : 0.0;
+    r.val_accuracy = vn > 0 ? vcorr / vn : 0.0;
     r.bytes_up = c->bytes_up;
     r.bytes_down = c->bytes_down;
     r.seconds = fm_clock_seconds() - c->started;

@@ -91,12 +91,12 @@ static int cmd_rounds(fm_store_t *st, const char *arg)
         return fail();
     }
     printf("run %s (%s, %s, %d/%d rounds)\n", run.id, run.strategy, run.status, run.rounds_done, run.rounds_planned);
-    printf("%5s %8s %9s %7s %10s %9s %9s %10s %10s %8s\n", "round", "selected", "completed", "dropped", "train_loss",
-           "test_loss", "test_acc", "bytes_up", "bytes_down", "seconds");
+    printf("%5s %8s %9s %7s %10s %9s %9s %9s %10s %10s %8s\n", "round", "selected", "completed", "dropped",
+           "train_loss", "test_loss", "test_acc", "val_acc", "bytes_up", "bytes_down", "seconds");
     for (int i = 0; i < n; i++)
-        printf("%5d %8d %9d %7d %10.4f %9.4f %8.2f%% %10lld %10lld %8.2f\n", r[i].round, r[i].selected, r[i].completed,
-               r[i].dropped, r[i].train_loss, r[i].test_loss, 100.0 * r[i].test_accuracy, (long long)r[i].bytes_up,
-               (long long)r[i].bytes_down, r[i].seconds);
+        printf("%5d %8d %9d %7d %10.4f %9.4f %8.2f%% %8.2f%% %10lld %10lld %8.2f\n", r[i].round, r[i].selected,
+               r[i].completed, r[i].dropped, r[i].train_loss, r[i].test_loss, 100.0 * r[i].test_accuracy,
+               100.0 * r[i].val_accuracy, (long long)r[i].bytes_up, (long long)r[i].bytes_down, r[i].seconds);
     free(r);
     fm_store_run_clear(&run);
     return 0;
@@ -167,21 +167,21 @@ static int cmd_export(fm_store_t *st, bool json, bool clients, const char *arg)
             printf(",\"config\":%s,\"rounds\":[", run.config);
         } else {
             printf("run,round,started_at,finished_at,selected,completed,dropped,train_loss,test_loss,test_accuracy,"
-                   "bytes_up,bytes_down,seconds,checkpoint_sha256\n");
+                   "bytes_up,bytes_down,seconds,checkpoint_sha256,val_accuracy\n");
         }
         for (int i = 0; i < n; i++) {
             if (json)
                 printf("%s{\"round\":%d,\"started_at\":\"%s\",\"finished_at\":\"%s\",\"selected\":%d,\"completed\":%d,"
                        "\"dropped\":%d,\"train_loss\":%.6g,\"test_loss\":%.6g,\"test_accuracy\":%.6g,\"bytes_up\":%lld,"
-                       "\"bytes_down\":%lld,\"seconds\":%.6g,\"checkpoint_sha256\":\"%s\"}",
+                       "\"bytes_down\":%lld,\"seconds\":%.6g,\"checkpoint_sha256\":\"%s\",\"val_accuracy\":%.6g}",
                        i ? "," : "", r[i].round, r[i].started_at, r[i].finished_at, r[i].selected, r[i].completed,
                        r[i].dropped, r[i].train_loss, r[i].test_loss, r[i].test_accuracy, (long long)r[i].bytes_up,
-                       (long long)r[i].bytes_down, r[i].seconds, r[i].checkpoint_sha256);
+                       (long long)r[i].bytes_down, r[i].seconds, r[i].checkpoint_sha256, r[i].val_accuracy);
             else
-                printf("%s,%d,%s,%s,%d,%d,%d,%.6g,%.6g,%.6g,%lld,%lld,%.6g,%s\n", run.id, r[i].round, r[i].started_at,
-                       r[i].finished_at, r[i].selected, r[i].completed, r[i].dropped, r[i].train_loss, r[i].test_loss,
-                       r[i].test_accuracy, (long long)r[i].bytes_up, (long long)r[i].bytes_down, r[i].seconds,
-                       r[i].checkpoint_sha256);
+                printf("%s,%d,%s,%s,%d,%d,%d,%.6g,%.6g,%.6g,%lld,%lld,%.6g,%s,%.6g\n", run.id, r[i].round,
+                       r[i].started_at, r[i].finished_at, r[i].selected, r[i].completed, r[i].dropped, r[i].train_loss,
+                       r[i].test_loss, r[i].test_accuracy, (long long)r[i].bytes_up, (long long)r[i].bytes_down,
+                       r[i].seconds, r[i].checkpoint_sha256, r[i].val_accuracy);
         }
         if (json)
             printf("]}\n");
@@ -197,7 +197,7 @@ static int cmd_export(fm_store_t *st, bool json, bool clients, const char *arg)
             printf("[");
         else
             printf("run,round,client,status,train_loss,val_loss,test_loss,test_accuracy,generalist_share,"
-                   "train_samples,test_samples,test_correct,seconds,bytes_up,bytes_down\n");
+                   "train_samples,test_samples,test_correct,seconds,bytes_up,bytes_down,val_samples,val_correct\n");
         for (int i = 0; i < n; i++) {
             if (json) {
                 printf("%s{\"run\":", i ? "," : "");
@@ -206,15 +206,19 @@ static int cmd_export(fm_store_t *st, bool json, bool clients, const char *arg)
                 json_str(stdout, c[i].client_id);
                 printf(",\"status\":\"%s\",\"train_loss\":%.6g,\"val_loss\":%.6g,\"test_loss\":%.6g,"
                        "\"test_accuracy\":%.6g,\"generalist_share\":%.6g,\"train_samples\":%lld,\"test_samples\":%lld,"
-                       "\"test_correct\":%lld,\"seconds\":%.6g,\"bytes_up\":%lld,\"bytes_down\":%lld}",
+                       "\"test_correct\":%lld,\"seconds\":%.6g,\"bytes_up\":%lld,\"bytes_down\":%lld,"
+                       "\"val_samples\":%lld,\"val_correct\":%lld}",
                        c[i].status, c[i].train_loss, c[i].val_loss, c[i].test_loss, c[i].test_accuracy,
                        c[i].generalist_share, (long long)c[i].train_samples, (long long)c[i].test_samples,
-                       (long long)c[i].test_correct, c[i].seconds, (long long)c[i].bytes_up, (long long)c[i].bytes_down);
+                       (long long)c[i].test_correct, c[i].seconds, (long long)c[i].bytes_up, (long long)c[i].bytes_down,
+                       (long long)c[i].val_samples, (long long)c[i].val_correct);
             } else {
-                printf("%s,%d,%s,%s,%.6g,%.6g,%.6g,%.6g,%.6g,%lld,%lld,%lld,%.6g,%lld,%lld\n", run.id, c[i].round,
-                       c[i].client_id, c[i].status, c[i].train_loss, c[i].val_loss, c[i].test_loss, c[i].test_accuracy,
-                       c[i].generalist_share, (long long)c[i].train_samples, (long long)c[i].test_samples,
-                       (long long)c[i].test_correct, c[i].seconds, (long long)c[i].bytes_up, (long long)c[i].bytes_down);
+                printf("%s,%d,%s,%s,%.6g,%.6g,%.6g,%.6g,%.6g,%lld,%lld,%lld,%.6g,%lld,%lld,%lld,%lld\n", run.id,
+                       c[i].round, c[i].client_id, c[i].status, c[i].train_loss, c[i].val_loss, c[i].test_loss,
+                       c[i].test_accuracy, c[i].generalist_share, (long long)c[i].train_samples,
+                       (long long)c[i].test_samples, (long long)c[i].test_correct, c[i].seconds,
+                       (long long)c[i].bytes_up, (long long)c[i].bytes_down, (long long)c[i].val_samples,
+                       (long long)c[i].val_correct);
             }
         }
         if (json)

@@ -9,6 +9,7 @@
 #include <cmocka.h>
 #include <math.h>
 #include <signal.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +59,7 @@ static void test_sim_and_history(void **state)
         assert_int_equal(r[i].selected, 4);
         assert_int_equal(r[i].completed, 4);
         assert_true(r[i].test_accuracy > 0.5 && r[i].test_accuracy <= 1.0);
+        assert_true(r[i].val_accuracy > 0.5 && r[i].val_accuracy <= 1.0);
         assert_true(r[i].train_loss > 0.0 && r[i].train_loss < 3.0);
         assert_true(r[i].bytes_up > 0 && r[i].bytes_down > 0);
         assert_int_equal(strlen(r[i].checkpoint_sha256), 64);
@@ -70,6 +72,9 @@ static void test_sim_and_history(void **state)
         assert_string_equal(cr[i].status, "completed");
         assert_true(cr[i].train_samples > 100 && cr[i].test_samples > 0);
         assert_true(cr[i].test_correct <= cr[i].test_samples);
+        /* validation is 20% of the train part: a quarter of the train split */
+        assert_true(cr[i].val_samples > 0 && cr[i].val_correct <= cr[i].val_samples);
+        assert_true(llabs(4 * cr[i].val_samples - cr[i].train_samples) <= 25); /* rounding per class */
         assert_true(cr[i].generalist_share >= 0.0 && cr[i].generalist_share <= 1.0);
     }
     free(cr);
@@ -381,6 +386,60 @@ static void test_coordinator_average_any_order(void **state)
 }
 
 /* Every program: a bad argument gives one line on stderr and a non-zero exit. */
+/* A round log written before the validation columns existed: readers still read
+ * it, and the coordinator's store adds the columns (NULL in old rows). */
+static void test_store_upgrades_old_database(void **state)
+{
+    (void)state;
+    char db[512];
+    snprintf(db, sizeof db, "%s/old.db", dir);
+    sqlite3 *h;
+    assert_int_equal(sqlite3_open(db, &h), SQLITE_OK);
+    assert_int_equal(
+        sqlite3_exec(h,
+                     "CREATE TABLE runs (id TEXT PRIMARY KEY, started_at TEXT NOT NULL, finished_at TEXT,"
+                     " config TEXT NOT NULL, seed INTEGER NOT NULL, strategy TEXT NOT NULL, status TEXT NOT NULL,"
+                     " rounds_planned INTEGER NOT NULL);"
+                     "CREATE TABLE rounds (run_id TEXT NOT NULL, round INTEGER NOT NULL, started_at TEXT,"
+                     " finished_at TEXT, selected INTEGER, completed INTEGER, dropped INTEGER, train_loss REAL,"
+                     " test_loss REAL, test_accuracy REAL, bytes_up INTEGER, bytes_down INTEGER, seconds REAL,"
+                     " checkpoint_sha256 TEXT, PRIMARY KEY (run_id, round));"
+                     "CREATE TABLE client_rounds (run_id TEXT NOT NULL, round INTEGER NOT NULL, client_id TEXT NOT"
+                     " NULL, status TEXT NOT NULL, train_loss REAL, val_loss REAL, test_loss REAL, test_accuracy REAL,"
+                     " generalist_share REAL, train_samples INTEGER, test_samples INTEGER, test_correct INTEGER,"
+                     " seconds REAL, bytes_up INTEGER, bytes_down INTEGER, PRIMARY KEY (run_id, round, client_id));"
+                     "INSERT INTO runs VALUES ('old', '2026-01-01T00:00:00Z', NULL, '{}', 1, 'full', 'finished', 1);"
+                     "INSERT INTO rounds VALUES ('old', 1, '', '', 2, 2, 0, 0.5, 0.4, 0.875, 10, 10, 1.0, 'x');"
+                     "INSERT INTO client_rounds VALUES ('old', 1, 'c1', 'completed', 0.5, 0.5, 0.4, 0.875, 0.5, 100,"
+                     " 40, 35, 1.0, 5, 5);",
+                     NULL, NULL, NULL),
+        SQLITE_OK);
+    sqlite3_close(h);
+    for (int pass = 0; pass < 3; pass++) { /* read-only before, writable, read-only after */
+        fm_store_t *st;
+        assert_int_equal(fm_store_open(&st, db, pass != 1), FM_OK);
+        fm_round_row_t *r;
+        fm_client_round_row_t *cr;
+        int n;
+        assert_int_equal(fm_store_list_rounds(st, "old", &r, &n), FM_OK);
+        assert_int_equal(n, 1);
+        assert_true(r[0].test_accuracy == 0.875 && r[0].val_accuracy == 0.0);
+        free(r);
+        assert_int_equal(fm_store_list_client_rounds(st, "old", 1, &cr, &n), FM_OK);
+        assert_int_equal(n, 1);
+        assert_true(cr[0].test_correct == 35 && cr[0].val_samples == 0);
+        free(cr);
+        fm_store_close(&st);
+    }
+    assert_int_equal(sqlite3_open(db, &h), SQLITE_OK);
+    sqlite3_stmt *q;
+    assert_int_equal(sqlite3_prepare_v2(h, "SELECT val_accuracy FROM rounds", -1, &q, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(q), SQLITE_ROW);
+    assert_int_equal(sqlite3_column_type(q, 0), SQLITE_NULL);
+    sqlite3_finalize(q);
+    sqlite3_close(h);
+}
+
 static void test_bad_arguments(void **state)
 {
     (void)state;
@@ -461,6 +520,7 @@ static void test_bad_arguments(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_store_upgrades_old_database),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_coordinator_average_any_order),
         cmocka_unit_test(test_sim_and_history),

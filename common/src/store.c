@@ -12,6 +12,7 @@
 struct fm_store {
     sqlite3 *db;
     char path[1024];
+    bool has_val; /* the validation columns exist (databases before them lack them) */
 };
 
 static const char *SCHEMA =
@@ -26,15 +27,52 @@ static const char *SCHEMA =
     " run_id TEXT NOT NULL, round INTEGER NOT NULL, started_at TEXT, finished_at TEXT,"
     " selected INTEGER, completed INTEGER, dropped INTEGER, train_loss REAL, test_loss REAL,"
     " test_accuracy REAL, bytes_up INTEGER, bytes_down INTEGER, seconds REAL, checkpoint_sha256 TEXT,"
-    " PRIMARY KEY (run_id, round));"
+    " val_accuracy REAL, PRIMARY KEY (run_id, round));"
     "CREATE TABLE IF NOT EXISTS client_rounds ("
     " run_id TEXT NOT NULL, round INTEGER NOT NULL, client_id TEXT NOT NULL, status TEXT NOT NULL,"
     " train_loss REAL, val_loss REAL, test_loss REAL, test_accuracy REAL, generalist_share REAL,"
     " train_samples INTEGER, test_samples INTEGER, test_correct INTEGER, seconds REAL,"
-    " bytes_up INTEGER, bytes_down INTEGER, PRIMARY KEY (run_id, round, client_id));"
+    " bytes_up INTEGER, bytes_down INTEGER, val_samples INTEGER, val_correct INTEGER,"
+    " PRIMARY KEY (run_id, round, client_id));"
     "CREATE TABLE IF NOT EXISTS checkpoints ("
     " run_id TEXT NOT NULL, round INTEGER NOT NULL, state BLOB NOT NULL, sha256 TEXT NOT NULL,"
     " PRIMARY KEY (run_id, round));";
+
+static bool column_exists(sqlite3 *db, const char *table, const char *column)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db, "SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2", -1, &st, NULL) != SQLITE_OK)
+        return false;
+    sqlite3_bind_text(st, 1, table, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, column, -1, SQLITE_STATIC);
+    bool found = sqlite3_step(st) == SQLITE_ROW;
+    sqlite3_finalize(st);
+    return found;
+}
+
+/* Columns added after the first schema; a database made before them gets them
+ * (NULL in old rows) when the coordinator opens it. */
+static const struct {
+    const char *table, *column, *type;
+} ADDED[] = {
+    {"rounds", "val_accuracy", "REAL"},
+    {"client_rounds", "val_samples", "INTEGER"},
+    {"client_rounds", "val_correct", "INTEGER"},
+};
+
+static int migrate(sqlite3 *db, char **err)
+{
+    for (size_t i = 0; i < sizeof ADDED / sizeof ADDED[0]; i++) {
+        if (column_exists(db, ADDED[i].table, ADDED[i].column))
+            continue;
+        char sql[256];
+        snprintf(sql, sizeof sql, "ALTER TABLE %s ADD COLUMN %s %s", ADDED[i].table, ADDED[i].column, ADDED[i].type);
+        int rc = sqlite3_exec(db, sql, NULL, NULL, err);
+        if (rc != SQLITE_OK)
+            return rc;
+    }
+    return SQLITE_OK;
+}
 
 static fm_status db_error(fm_store_t *s, const char *what)
 {
@@ -74,7 +112,7 @@ fm_status fm_store_open(fm_store_t **out, const char *path, bool readonly)
         }
         /* a write probe: catches read-only folders and files that are not databases */
         if (sqlite3_exec(s->db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;", NULL, NULL, &err) != SQLITE_OK ||
-            sqlite3_exec(s->db, SCHEMA, NULL, NULL, &err) != SQLITE_OK ||
+            sqlite3_exec(s->db, SCHEMA, NULL, NULL, &err) != SQLITE_OK || migrate(s->db, &err) != SQLITE_OK ||
             sqlite3_exec(s->db, "BEGIN IMMEDIATE; COMMIT;", NULL, NULL, &err) != SQLITE_OK) {
             fm_error_set("%s: cannot use it as the round log: %s", path, err ? err : "?");
             sqlite3_free(err);
@@ -87,6 +125,7 @@ fm_status fm_store_open(fm_store_t **out, const char *path, bool readonly)
         fm_store_close(&s);
         return FM_ERR_FORMAT;
     }
+    s->has_val = column_exists(s->db, "rounds", "val_accuracy") && column_exists(s->db, "client_rounds", "val_correct");
     *out = s;
     return FM_OK;
 }
@@ -189,8 +228,8 @@ fm_status fm_store_commit_round(fm_store_t *s, const char *run_id, const fm_roun
     fm_status status = FM_ERR_IO;
     const char *what = "log round";
     if (prepare(s, &st, "INSERT INTO rounds (run_id, round, started_at, finished_at, selected, completed, dropped,"
-                        " train_loss, test_loss, test_accuracy, bytes_up, bytes_down, seconds, checkpoint_sha256)"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)") != FM_OK)
+                        " train_loss, test_loss, test_accuracy, bytes_up, bytes_down, seconds, checkpoint_sha256,"
+                        " val_accuracy) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)") != FM_OK)
         goto rollback;
     sqlite3_bind_text(st, 1, run_id, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int(st, 2, r->round);
@@ -206,6 +245,7 @@ fm_status fm_store_commit_round(fm_store_t *s, const char *run_id, const fm_roun
     sqlite3_bind_int64(st, 12, r->bytes_down);
     sqlite3_bind_double(st, 13, r->seconds);
     sqlite3_bind_text(st, 14, r->checkpoint_sha256, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_double(st, 15, r->val_accuracy);
     if (sqlite3_step(st) != SQLITE_DONE)
         goto rollback;
     sqlite3_finalize(st);
@@ -213,7 +253,8 @@ fm_status fm_store_commit_round(fm_store_t *s, const char *run_id, const fm_roun
     what = "log client rounds";
     if (prepare(s, &st, "INSERT INTO client_rounds (run_id, round, client_id, status, train_loss, val_loss,"
                         " test_loss, test_accuracy, generalist_share, train_samples, test_samples, test_correct,"
-                        " seconds, bytes_up, bytes_down) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)") != FM_OK)
+                        " seconds, bytes_up, bytes_down, val_samples, val_correct)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)") != FM_OK)
         goto rollback;
     for (int i = 0; i < n; i++) {
         const fm_client_round_row_t *c = &rows[i];
@@ -233,6 +274,8 @@ fm_status fm_store_commit_round(fm_store_t *s, const char *run_id, const fm_roun
         sqlite3_bind_double(st, 13, c->seconds);
         sqlite3_bind_int64(st, 14, c->bytes_up);
         sqlite3_bind_int64(st, 15, c->bytes_down);
+        sqlite3_bind_int64(st, 16, c->val_samples);
+        sqlite3_bind_int64(st, 17, c->val_correct);
         if (sqlite3_step(st) != SQLITE_DONE)
             goto rollback;
     }
@@ -368,14 +411,19 @@ static void read_round(sqlite3_stmt *st, void *p)
     r->bytes_down = sqlite3_column_int64(st, 10);
     r->seconds = sqlite3_column_double(st, 11);
     copy_text(r->checkpoint_sha256, sizeof r->checkpoint_sha256, st, 12);
+    r->val_accuracy = sqlite3_column_double(st, 13);
 }
 
 fm_status fm_store_list_rounds(fm_store_t *s, const char *run_id, fm_round_row_t **rows, int *n)
 {
     sqlite3_stmt *st;
-    if (prepare(s, &st, "SELECT round, started_at, finished_at, selected, completed, dropped, train_loss,"
-                        " test_loss, test_accuracy, bytes_up, bytes_down, seconds, checkpoint_sha256"
-                        " FROM rounds WHERE run_id = ? ORDER BY round") != FM_OK)
+    if (prepare(s, &st,
+                s->has_val ? "SELECT round, started_at, finished_at, selected, completed, dropped, train_loss,"
+                             " test_loss, test_accuracy, bytes_up, bytes_down, seconds, checkpoint_sha256, val_accuracy"
+                             " FROM rounds WHERE run_id = ? ORDER BY round"
+                           : "SELECT round, started_at, finished_at, selected, completed, dropped, train_loss,"
+                             " test_loss, test_accuracy, bytes_up, bytes_down, seconds, checkpoint_sha256, NULL"
+                             " FROM rounds WHERE run_id = ? ORDER BY round") != FM_OK)
         return FM_ERR_IO;
     sqlite3_bind_text(st, 1, run_id, -1, SQLITE_TRANSIENT);
     return read_all(s, st, (void **)rows, n, sizeof **rows, read_round);
@@ -399,16 +447,23 @@ static void read_client_round(sqlite3_stmt *st, void *p)
     c->seconds = sqlite3_column_double(st, 11);
     c->bytes_up = sqlite3_column_int64(st, 12);
     c->bytes_down = sqlite3_column_int64(st, 13);
+    c->val_samples = sqlite3_column_int64(st, 14);
+    c->val_correct = sqlite3_column_int64(st, 15);
 }
 
 fm_status fm_store_list_client_rounds(fm_store_t *s, const char *run_id, int round, fm_client_round_row_t **rows,
                                       int *n)
 {
     sqlite3_stmt *st;
-    if (prepare(s, &st, "SELECT round, client_id, status, train_loss, val_loss, test_loss, test_accuracy,"
-                        " generalist_share, train_samples, test_samples, test_correct, seconds, bytes_up,"
-                        " bytes_down FROM client_rounds WHERE run_id = ?1 AND (?2 < 0 OR round = ?2)"
-                        " ORDER BY round, client_id") != FM_OK)
+    if (prepare(s, &st,
+                s->has_val ? "SELECT round, client_id, status, train_loss, val_loss, test_loss, test_accuracy,"
+                             " generalist_share, train_samples, test_samples, test_correct, seconds, bytes_up,"
+                             " bytes_down, val_samples, val_correct FROM client_rounds"
+                             " WHERE run_id = ?1 AND (?2 < 0 OR round = ?2) ORDER BY round, client_id"
+                           : "SELECT round, client_id, status, train_loss, val_loss, test_loss, test_accuracy,"
+                             " generalist_share, train_samples, test_samples, test_correct, seconds, bytes_up,"
+                             " bytes_down, NULL, NULL FROM client_rounds"
+                             " WHERE run_id = ?1 AND (?2 < 0 OR round = ?2) ORDER BY round, client_id") != FM_OK)
         return FM_ERR_IO;
     sqlite3_bind_text(st, 1, run_id, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int(st, 2, round);

@@ -37,6 +37,7 @@ typedef struct {
     char started_at[32], finished_at[32];
     int selected, completed, dropped;
     double train_loss, test_loss, test_accuracy;
+    double val_accuracy;    /* total correct / total validation examples */
     int64_t bytes_up, bytes_down;
     double seconds;
     char checkpoint_sha256[65];
@@ -48,6 +49,7 @@ typedef struct {
     char status[16];        /* completed, dropped, rejected */
     double train_loss, val_loss, test_loss, test_accuracy, generalist_share;
     int64_t train_samples, test_samples, test_correct;
+    int64_t val_samples, val_correct;
     double seconds;
     int64_t bytes_up, bytes_down;
 } fm_client_round_row_t;
