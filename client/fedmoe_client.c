@@ -231,7 +231,7 @@ int main(int argc, char **argv)
         fm_train_stats_t ts;
         fm_eval_t ev, vv;
         if (cosine)
-            fm_trainer_set_lr_scale(t, 0.5f * (1.0f + cosf(3.14159265f * (float)(ep - 1) / (float)epochs)));
+            fm_trainer_set_lr_scale(t, fm_lr_cosine(ep, epochs, 0.0f));
         if (fm_trainer_run(t, &data.train, &data.val, 1, &ts) != FM_OK || fm_evaluate(m, &data.val, &vv) != FM_OK ||
             fm_evaluate(m, &data.test, &ev) != FM_OK) {
             rc = fail();

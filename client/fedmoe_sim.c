@@ -49,6 +49,8 @@ static void usage(FILE *f)
             "  --stem mlp|cnn        (default mlp)\n"
             "  --specialists S       specialists per client (default 2)\n"
             "  --local-epochs N      passes over a client's train split per round (default 1)\n"
+            "  --lr-schedule S       constant, or cosine over the rounds (default constant)\n"
+            "  --tau T               logit scale of the prompt head (default 10)\n"
             "  --dataset SPEC        fmnist (default), fmnist:DIR, idx:IMAGES,LABELS or csv:PATH\n"
             "  --round-timeout S     seconds a round waits for updates (default 600)\n"
             "  --port P              loopback port of the coordinator (default: a free one)\n"
@@ -132,7 +134,9 @@ int main(int argc, char **argv)
         {"specialists", required_argument, 0, 'x'},  {"local-epochs", required_argument, 0, 'e'},
         {"dataset", required_argument, 0, 'D'},      {"round-timeout", required_argument, 0, 't'},
         {"port", required_argument, 0, 'P'},         {"workdir", required_argument, 0, 'w'},
-        {"help", no_argument, 0, 'h'},               {0, 0, 0, 0}};
+        {"lr-schedule", required_argument, 0, 'L'},  {"tau", required_argument, 0, 'T'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
     int clients = 10, rounds = 20, port = 0, specialists = 2, iv;
     double dv;
     unsigned long long uv, seed = 1;
@@ -176,6 +180,12 @@ int main(int argc, char **argv)
             st = fm_strategy_parse(optarg, &strategy);
             break;
         }
+        case 'T': st = fm_arg_double("--tau", optarg, 0.01, 1000.0, &dv); break;
+        case 'L': {
+            fm_lr_schedule sched;
+            st = fm_lr_schedule_parse("--lr-schedule", optarg, &sched);
+            break;
+        }
         case 'd': db = optarg; break;
         case 'D': break;
         case 'w': workdir = optarg; break;
@@ -188,7 +198,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "fedmoe-sim: %s\n", fm_error_last());
             return 2;
         }
-        if (strchr("sapifSmxeDt", c) && npass < 60) {
+        if (strchr("sapifSmxeDtLT", c) && npass < 60) {
             char flag[64];
             snprintf(flag, sizeof flag, "--%s", opts[idx].name);
             pass[npass++] = strdup(flag);

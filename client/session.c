@@ -324,6 +324,11 @@ static fm_status handle_task(session_t *s, const Fedmoe__Task *t)
     const fm_model_config_t *mc = &s->spec.model;
     float *prompt = fm_params_find(fm_model_params(s->model), "prompt")->view->w;
     /* check everything, then apply */
+    float lr_scale = t->lr_scale == 0.0f ? 1.0f : t->lr_scale;
+    if (!(lr_scale > 0.0f && lr_scale <= 10.0f)) {
+        reply_error(s, FM_WIRE_BAD_VALUE, "task lr_scale out of range (0, 10]");
+        return FM_OK;
+    }
     if (s->spec.strategy != FM_STRATEGY_LOCAL &&
         (t->n_model != 1 || fm_wire_tensor_get(t->model[0], "model", 1, (uint32_t)s->nvec, s->vec) != FM_OK)) {
         reply_error(s, FM_WIRE_BAD_TENSOR, t->n_model != 1 ? "task without its model tensor" : fm_error_last());
@@ -367,6 +372,7 @@ static fm_status handle_task(session_t *s, const Fedmoe__Task *t)
     fm_model_set_nonlocal(s->model, nl, fm_strategy_uses_pool(s->spec.strategy) ? K : 0);
     free(gp);
     free(nl);
+    fm_trainer_set_lr_scale(s->trainer, lr_scale);
     fm_train_stats_t ts;
     fm_eval_t ev, vv = {0};
     double t0 = fm_clock_seconds();

@@ -332,6 +332,7 @@ static void send_task(coord_t *c, client_t *cl)
     Fedmoe__Tensor model, prompt, nl[64];
     Fedmoe__Tensor *model_list[1], *nl_list[64];
     task.round = (uint32_t)c->round;
+    task.lr_scale = fm_lr_schedule_scale(c->spec.lr_schedule, c->round, c->cfg->rounds);
     bool ok = true;
     if (c->spec.strategy != FM_STRATEGY_LOCAL) {
         ok &= fm_wire_tensor_set(&model, "model", c->global, 1, (uint32_t)c->nglobal) == FM_OK;

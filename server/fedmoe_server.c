@@ -45,9 +45,12 @@ static void usage(FILE *f)
             "  --stem mlp|cnn        (default mlp)\n"
             "  --specialists S       specialists per client, required under fedavg / pfedmoap (default 2)\n"
             "  --local-epochs N      passes over a client's train split per round (default 1)\n"
+            "  --tau T               logit scale of the prompt head (default 10)\n"
             "  --batch B             (default 32)\n"
             "  --lr LR               expert learning rate (default 1e-3)\n"
             "  --router-lr LR        router learning rate (default 1e-3)\n"
+            "  --lr-schedule S       constant, or cosine: both rates decay over the rounds\n"
+            "                        from 1x to 0.05x (default constant)\n"
             "  --expert-steps N      T_e (default 30)\n"
             "  --router-steps N      T_r (default 10)\n"
             "  --max-message BYTES   largest message accepted (default: twice the model, plus 1 MiB)\n"
@@ -104,6 +107,11 @@ static fm_status apply(fm_server_config_t *c, const char *name, const char *v)
         st = fm_arg_int(flag, v, 0, 63, &s->model.specialists);
     else if (!strcmp(name, "local-epochs") || !strcmp(name, "local_epochs"))
         st = fm_arg_int(flag, v, 1, 1000, &s->local_epochs);
+    else if (!strcmp(name, "tau")) {
+        st = fm_arg_double(flag, v, 0.01, 1000.0, &dv);
+        s->model.tau = (float)dv;
+    } else if (!strcmp(name, "lr-schedule") || !strcmp(name, "lr_schedule"))
+        st = fm_lr_schedule_parse(flag, v, &s->lr_schedule);
     else if (!strcmp(name, "batch"))
         st = fm_arg_int(flag, v, 1, 65536, &s->train.batch);
     else if (!strcmp(name, "lr")) {
@@ -159,6 +167,7 @@ int main(int argc, char **argv)
         {"batch", required_argument, 0, 1}, {"lr", required_argument, 0, 1},
         {"router-lr", required_argument, 0, 1}, {"expert-steps", required_argument, 0, 1},
         {"router-steps", required_argument, 0, 1}, {"max-message", required_argument, 0, 1},
+        {"lr-schedule", required_argument, 0, 1}, {"tau", required_argument, 0, 1},
         {"verbose", no_argument, 0, 'v'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     fm_server_config_t cfg;
     fm_server_config_default(&cfg);

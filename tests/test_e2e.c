@@ -19,6 +19,7 @@
 #include <zmq.h>
 
 #include "coordinator.h"
+#include "fedmoe/clock.h"
 #include "fedmoe/rng.h"
 #include "fedmoe/store.h"
 #include "fedmoe/wire.h"
@@ -268,6 +269,7 @@ static float *fake_round(const char *db, const int order[3], float *const vecs[3
         n = t->task->model[0]->shape[1];
         round = t->task->round;
         assert_int_equal(t->task->n_nonlocal_prompts, 0); /* comigs keeps no pool */
+        assert_true(t->task->lr_scale == 1.0f);           /* set, also when constant */
         fedmoe__envelope__free_unpacked(t, NULL);
     }
     assert_int_equal(round, 1);
@@ -385,7 +387,103 @@ static void test_coordinator_average_any_order(void **state)
     free(g2);
 }
 
-/* Every program: a bad argument gives one line on stderr and a non-zero exit. */
+/* What a fake coordinator's ROUTER receives next of the given kind (heartbeats
+ * and other kinds skipped), within 60 s; the sender's identity into id. */
+static Fedmoe__Envelope *router_expect(void *sock, char id[64], int kind)
+{
+    double end = fm_clock_seconds() + 60.0;
+    static uint8_t buf[1 << 16];
+    while (fm_clock_seconds() < end) {
+        zmq_pollitem_t it = {sock, 0, ZMQ_POLLIN, 0};
+        if (zmq_poll(&it, 1, 500) <= 0)
+            continue;
+        int idn = zmq_recv(sock, id, 63, 0);
+        assert_true(idn > 0);
+        id[idn] = 0;
+        int n = zmq_recv(sock, buf, sizeof buf, 0);
+        assert_true(n > 0 && n <= (int)sizeof buf);
+        Fedmoe__Envelope *e;
+        assert_int_equal(fm_wire_decode(buf, (size_t)n, sizeof buf, &e), FM_OK);
+        if ((int)e->body_case == kind)
+            return e;
+        fedmoe__envelope__free_unpacked(e, NULL);
+    }
+    fail_msg("nothing of kind %d within 60 s", kind);
+    return NULL;
+}
+
+/* A real fedmoe-client against a fake coordinator: a task whose lr_scale is out
+ * of range gets BAD_VALUE and trains nothing; a good one is trained and answered. */
+static void test_client_checks_tasks(void **state)
+{
+    (void)state;
+    void *ctx = zmq_ctx_new(), *sock = zmq_socket(ctx, ZMQ_ROUTER);
+    assert_int_equal(zmq_bind(sock, "tcp://127.0.0.1:*"), 0);
+    char ep[256], wd[512], log[600], id[64];
+    size_t eplen = sizeof ep;
+    zmq_getsockopt(sock, ZMQ_LAST_ENDPOINT, ep, &eplen);
+    snprintf(wd, sizeof wd, "%s/fakecoord", dir);
+    snprintf(log, sizeof log, "%s.log", wd);
+    char *argv[] = {BIN("client/fedmoe-client"), "--connect", ep, "--id", "c1", "--state-dir", wd, NULL};
+    pid_t pid = procs_spawn(argv, log);
+    Fedmoe__Envelope *e = router_expect(sock, id, FEDMOE__ENVELOPE__BODY_HELLO);
+    assert_string_equal(id, "c1");
+    fedmoe__envelope__free_unpacked(e, NULL);
+    fm_run_spec_t spec;
+    fm_run_spec_default(&spec);
+    spec.strategy = FM_STRATEGY_LOCAL;
+    assert_int_equal(fm_run_spec_finish(&spec), FM_OK);
+    Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
+    Fedmoe__Welcome w = FEDMOE__WELCOME__INIT;
+    Fedmoe__ModelSpec ms;
+    Fedmoe__TrainSpec ts;
+    Fedmoe__DataSpec ds;
+    fm_run_spec_to_pb(&spec, &ms, &ts, &ds);
+    w.run_id = "run-fake";
+    w.seed = spec.seed;
+    w.model = &ms;
+    w.train = &ts;
+    w.data = &ds;
+    w.partition_index = 3;
+    w.round = 1;
+    w.strategy = "local";
+    env.body_case = FEDMOE__ENVELOPE__BODY_WELCOME;
+    env.welcome = &w;
+    assert_int_equal(fm_wire_send(sock, "c1", &env), FM_OK);
+    e = router_expect(sock, id, FEDMOE__ENVELOPE__BODY_HELLO); /* again, with its sample counts */
+    assert_true(e->hello->train_samples > 0);
+    fedmoe__envelope__free_unpacked(e, NULL);
+    const float bad[] = {-1.0f, NAN, INFINITY, 11.0f};
+    Fedmoe__Task task = FEDMOE__TASK__INIT;
+    task.round = 1;
+    env.body_case = FEDMOE__ENVELOPE__BODY_TASK;
+    env.task = &task;
+    for (int i = 0; i < 4; i++) {
+        task.lr_scale = bad[i];
+        assert_int_equal(fm_wire_send(sock, "c1", &env), FM_OK);
+        e = router_expect(sock, id, FEDMOE__ENVELOPE__BODY_ERROR);
+        assert_int_equal(e->error->code, FM_WIRE_BAD_VALUE);
+        assert_non_null(strstr(e->error->text, "lr_scale"));
+        fedmoe__envelope__free_unpacked(e, NULL);
+    }
+    task.lr_scale = 0.5f;
+    assert_int_equal(fm_wire_send(sock, "c1", &env), FM_OK);
+    e = router_expect(sock, id, FEDMOE__ENVELOPE__BODY_UPDATE);
+    assert_int_equal(e->update->round, 1);
+    assert_true(e->update->metrics->val_samples > 0);
+    assert_true(e->update->metrics->val_correct <= e->update->metrics->val_samples);
+    fedmoe__envelope__free_unpacked(e, NULL);
+    Fedmoe__Shutdown sd = FEDMOE__SHUTDOWN__INIT;
+    env.body_case = FEDMOE__ENVELOPE__BODY_SHUTDOWN;
+    env.shutdown = &sd;
+    assert_int_equal(fm_wire_send(sock, "c1", &env), FM_OK);
+    assert_int_equal(procs_wait(pid, 30), 0);
+    int linger = 0;
+    zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_close(sock);
+    zmq_ctx_term(ctx);
+}
+
 /* A round log written before the validation columns existed: readers still read
  * it, and the coordinator's store adds the columns (NULL in old rows). */
 static void test_store_upgrades_old_database(void **state)
@@ -440,6 +538,7 @@ static void test_store_upgrades_old_database(void **state)
     sqlite3_close(h);
 }
 
+/* Every program: a bad argument gives one line on stderr and a non-zero exit. */
 static void test_bad_arguments(void **state)
 {
     (void)state;
@@ -521,6 +620,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_store_upgrades_old_database),
+        cmocka_unit_test(test_client_checks_tasks),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_coordinator_average_any_order),
         cmocka_unit_test(test_sim_and_history),

@@ -11,6 +11,7 @@
 #include "fedmoe/dataset.h"
 #include "fedmoe/model.h"
 #include "fedmoe/rng.h"
+#include "fedmoe/runspec.h"
 #include "fedmoe/train.h"
 
 #define DIM 12
@@ -173,6 +174,28 @@ static void test_alternation_schedule(void **state)
     fm_model_destroy(&m);
 }
 
+/* The learning-rate schedules: cosine from 1 down toward its floor, constant 1. */
+static void test_lr_schedules(void **state)
+{
+    (void)state;
+    assert_float_equal(fm_lr_cosine(1, 10, 0.0f), 1.0f, 1e-7f);
+    assert_float_equal(fm_lr_cosine(6, 10, 0.0f), 0.5f, 1e-6f);  /* half way */
+    assert_float_equal(fm_lr_cosine(11, 10, 0.2f), 0.2f, 1e-6f); /* the floor, one past the end */
+    assert_float_equal(fm_lr_cosine(99, 10, 0.2f), 0.2f, 1e-6f); /* clamped */
+    float prev = 2.0f;
+    for (int r = 1; r <= 100; r++) {
+        float c = fm_lr_schedule_scale(FM_LR_COSINE, r, 100);
+        assert_true(c < prev && c > FM_LR_COSINE_FLOOR && c <= 1.0f);
+        prev = c;
+        assert_true(fm_lr_schedule_scale(FM_LR_CONSTANT, r, 100) == 1.0f);
+    }
+    fm_lr_schedule s;
+    assert_int_equal(fm_lr_schedule_parse("--x", "cosine", &s), FM_OK);
+    assert_int_equal(s, FM_LR_COSINE);
+    assert_string_equal(fm_lr_schedule_name(s), "cosine");
+    assert_int_equal(fm_lr_schedule_parse("--x", "Cosine", &s), FM_ERR_ARG);
+}
+
 static void test_training_learns(void **state)
 {
     (void)state;
@@ -210,6 +233,7 @@ int main(void)
         cmocka_unit_test(test_levels_move_their_own_parameters),
         cmocka_unit_test(test_levels_with_gating_on_validation),
         cmocka_unit_test(test_alternation_schedule),
+        cmocka_unit_test(test_lr_schedules),
         cmocka_unit_test(test_training_learns),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -21,6 +21,26 @@ fm_status fm_strategy_parse(const char *name, fm_strategy *out)
     return FM_ERR_ARG;
 }
 
+const char *fm_lr_schedule_name(fm_lr_schedule s) { return s == FM_LR_COSINE ? "cosine" : "constant"; }
+
+fm_status fm_lr_schedule_parse(const char *flag, const char *name, fm_lr_schedule *out)
+{
+    if (!strcmp(name, "constant"))
+        *out = FM_LR_CONSTANT;
+    else if (!strcmp(name, "cosine"))
+        *out = FM_LR_COSINE;
+    else {
+        fm_error_set("%s: '%s' is not constant or cosine", flag, name);
+        return FM_ERR_ARG;
+    }
+    return FM_OK;
+}
+
+float fm_lr_schedule_scale(fm_lr_schedule s, int round, int rounds)
+{
+    return s == FM_LR_COSINE ? fm_lr_cosine(round, rounds, FM_LR_COSINE_FLOOR) : 1.0f;
+}
+
 bool fm_strategy_shares_prompt(fm_strategy s) { return s != FM_STRATEGY_LOCAL; }
 bool fm_strategy_uses_pool(fm_strategy s) { return s == FM_STRATEGY_PFEDMOAP || s == FM_STRATEGY_FULL; }
 bool fm_strategy_averages_local(fm_strategy s) { return s == FM_STRATEGY_FEDAVG || s == FM_STRATEGY_PFEDMOAP; }
@@ -221,7 +241,7 @@ size_t fm_run_spec_json(const fm_run_spec_t *s, char *buf, size_t cap)
         "\"prompt_len\":%d,\"prompt_dim\":%d,\"text_hidden\":%d,\"heads\":%d,\"max_nonlocal\":%d,"
         "\"attn_scale\":%g,\"lambda\":%g,\"tau\":%g,\"gating\":%s,\"gating_on_validation\":%s},"
         "\"train\":{\"batch\":%d,\"expert_steps\":%d,\"router_steps\":%d,\"lr\":%g,\"router_lr\":%g,"
-        "\"weight_decay\":%g,\"local_epochs\":%d,\"lb_in_upper\":%s}}",
+        "\"weight_decay\":%g,\"local_epochs\":%d,\"lb_in_upper\":%s,\"lr_schedule\":\"%s\"}}",
         fm_strategy_name(s->strategy), (unsigned long long)s->seed, s->dataset, scheme_name(s->part.kind),
         s->part.alpha, s->part.classes_per_client, s->part.min_samples, s->partition_count,
         c->stem == FM_STEM_CNN ? "cnn" : "mlp", c->in_dim, c->classes, c->d, c->blocks, c->generalists,
@@ -229,7 +249,8 @@ size_t fm_run_spec_json(const fm_run_spec_t *s, char *buf, size_t cap)
         c->prompt_dim, c->text_hidden, c->heads, c->max_nonlocal, c->attn_scale, c->lambda, c->tau,
         c->gating ? "true" : "false", c->gating_on_validation ? "true" : "false", s->train.batch,
         s->train.expert_steps, s->train.router_steps, s->train.lower.lr, s->train.upper.lr,
-        s->train.lower.weight_decay, s->local_epochs, s->train.lb_in_upper ? "true" : "false");
+        s->train.lower.weight_decay, s->local_epochs, s->train.lb_in_upper ? "true" : "false",
+        fm_lr_schedule_name(s->lr_schedule));
     return n < 0 ? 0 : (size_t)n;
 }
 

@@ -1,5 +1,6 @@
 #include "fedmoe/train.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -78,6 +79,14 @@ void fm_trainer_destroy(fm_trainer_t **tp)
 }
 
 void fm_trainer_set_lr_scale(fm_trainer_t *t, float scale) { t->lr_scale = scale; }
+
+float fm_lr_cosine(int step, int total, float min_scale)
+{
+    if (total < 1 || step < 1)
+        return 1.0f;
+    double x = (double)(step - 1) / (double)total;
+    return min_scale + (1.0f - min_scale) * (float)(0.5 * (1.0 + cos(3.14159265358979323846 * (x > 1.0 ? 1.0 : x))));
+}
 
 fm_rng_t *fm_trainer_rng(fm_trainer_t *t) { return &t->rng; }
 

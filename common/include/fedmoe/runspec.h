@@ -29,6 +29,17 @@ typedef enum {
     FM_STRATEGY_FULL,
 } fm_strategy;
 
+/* How the coordinator scales the learning rates over the rounds. */
+typedef enum {
+    FM_LR_CONSTANT = 0,
+    FM_LR_COSINE, /* fm_lr_cosine(round, rounds, FM_LR_COSINE_FLOOR) */
+} fm_lr_schedule;
+#define FM_LR_COSINE_FLOOR 0.05f
+const char *fm_lr_schedule_name(fm_lr_schedule s);
+fm_status fm_lr_schedule_parse(const char *flag, const char *name, fm_lr_schedule *out);
+/* The multiplier of round (1-based) out of rounds. */
+float fm_lr_schedule_scale(fm_lr_schedule s, int round, int rounds);
+
 const char *fm_strategy_name(fm_strategy s);
 fm_status fm_strategy_parse(const char *name, fm_strategy *out);
 /* Clients upload prompts and receive the global prompt. */
@@ -46,6 +57,7 @@ typedef struct {
     fm_model_config_t model;
     fm_train_config_t train;
     int local_epochs;          /* passes over the train split per round (1) */
+    fm_lr_schedule lr_schedule; /* the coordinator's; travels as Task.lr_scale */
     char dataset[256];         /* "fmnist", ... */
     fm_partition_config_t part;
     int partition_count;       /* clients the data is split over */
