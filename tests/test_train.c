@@ -157,8 +157,17 @@ static void test_alternation_schedule(void **state)
     fm_train_stats_t st;
     assert_int_equal(fm_trainer_run(t, &train, &val, 2, &st), FM_OK);
     assert_int_equal(st.lower_steps, 20);
-    assert_int_equal(st.upper_steps, 6 * 2); /* after lower steps 3, 6, 9, 12, 15, 18 */
+    /* after lower steps 3, 6, 9, 12, 15, 18, then round(2 * 2 / 3) for the last two */
+    assert_int_equal(st.upper_steps, 6 * 2 + 1);
     assert_int_equal(st.samples, 640);
+    /* fewer lower steps than T_e: the routers still get their share */
+    fm_trainer_destroy(&t);
+    tc.expert_steps = 30;
+    tc.router_steps = 10;
+    assert_int_equal(fm_trainer_new(&t, m, &tc, 1, 1), FM_OK);
+    assert_int_equal(fm_trainer_run(t, &train, &val, 1, &st), FM_OK);
+    assert_int_equal(st.lower_steps, 10);
+    assert_int_equal(st.upper_steps, 3); /* round(10 * 10 / 30) */
     /* without validation data there is no upper level */
     fm_dataset_t empty = {0};
     empty.dim = DIM;

@@ -212,6 +212,16 @@ fm_status fm_trainer_run(fm_trainer_t *t, const fm_dataset_t *train, const fm_da
             }
         }
     }
+    /* the cycle left unfinished at the end gets its share of upper steps, so a
+     * client with fewer than T_e batches still trains its routers */
+    if (upper && since_upper > 0) {
+        long share = (since_upper * t->cfg.router_steps + t->cfg.expert_steps / 2) / t->cfg.expert_steps;
+        for (long s = 0; s < share; s++) {
+            int vb = next_val_batch(t, val);
+            vsum += fm_trainer_step(t, FM_LEVEL_UPPER, t->x, t->y, vb);
+            vcount++;
+        }
+    }
     out->train_loss = lcount ? lsum / lcount : 0.0;
     out->val_loss = vcount ? vsum / vcount : 0.0;
     out->lower_steps = lcount;
