@@ -51,6 +51,7 @@ static void usage(FILE *f)
             "  --local-epochs N      passes over a client's train split per round (default 1)\n"
             "  --lr-schedule S       constant, or cosine over the rounds (default constant)\n"
             "  --tau T               logit scale of the prompt head (default 10)\n"
+            "  --batch B             clients' batch size (default 32)\n"
             "  --dataset SPEC        fmnist (default), fmnist:DIR, idx:IMAGES,LABELS or csv:PATH\n"
             "  --round-timeout S     seconds a round waits for updates (default 600)\n"
             "  --port P              loopback port of the coordinator (default: a free one)\n"
@@ -135,6 +136,7 @@ int main(int argc, char **argv)
         {"dataset", required_argument, 0, 'D'},      {"round-timeout", required_argument, 0, 't'},
         {"port", required_argument, 0, 'P'},         {"workdir", required_argument, 0, 'w'},
         {"lr-schedule", required_argument, 0, 'L'},  {"tau", required_argument, 0, 'T'},
+        {"batch", required_argument, 0, 'B'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     int clients = 10, rounds = 20, port = 0, specialists = 2, iv;
@@ -180,6 +182,7 @@ int main(int argc, char **argv)
             st = fm_strategy_parse(optarg, &strategy);
             break;
         }
+        case 'B': st = fm_arg_int("--batch", optarg, 1, 65536, &iv); break;
         case 'T': st = fm_arg_double("--tau", optarg, 0.01, 1000.0, &dv); break;
         case 'L': {
             fm_lr_schedule sched;
@@ -198,7 +201,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "fedmoe-sim: %s\n", fm_error_last());
             return 2;
         }
-        if (strchr("sapifSmxeDtLT", c) && npass < 60) {
+        if (strchr("sapifSmxeDtLTB", c) && npass < 60) {
             char flag[64];
             snprintf(flag, sizeof flag, "--%s", opts[idx].name);
             pass[npass++] = strdup(flag);
