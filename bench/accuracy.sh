@@ -4,7 +4,7 @@
 # (Dirichlet 0.1 and pathological 2 classes per client), R rounds each.
 # Writes OUT/accuracy.db, OUT/summary-<setting>.txt and one SVG plot per setting.
 #   bench/accuracy.sh [ROUNDS=100] [OUT=bench-results] [extra fedmoe-sim flags...]
-# Environment: SETTINGS (default "dirichlet-0.1 pathological-2"),
+# Environment: BUILD (default build), SETTINGS (default "dirichlet-0.1 pathological-2"),
 #              STRATEGIES (default "local fedavg comigs pfedmoap full").
 # The summary gives the best and final mean personalized accuracy on the test
 # splits and, beside them, on the validation splits (what settings are chosen on).
@@ -17,8 +17,9 @@ settings=${SETTINGS:-dirichlet-0.1 pathological-2}
 strategies=${STRATEGIES:-local fedavg comigs pfedmoap full}
 mkdir -p "$out"
 db="$out/accuracy.db"
-sim=build/client/fedmoe-sim
-hist=build/server/fedmoe-history
+build=${BUILD:-build}
+sim=$build/client/fedmoe-sim
+hist=$build/server/fedmoe-history
 for tag in $settings; do
   setting=${tag/-/ }
   ids=()

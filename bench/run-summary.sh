@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 db=$1 id=$2
 shift 2
-build/server/fedmoe-history --db "$db" export "$id" | awk -F, -v label="$*" -v id="$id" '
+${BUILD:-build}/server/fedmoe-history --db "$db" export "$id" | awk -F, -v label="$*" -v id="$id" '
   NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
   {
     r = $col["round"]; t = 100 * $col["test_accuracy"]; v = 100 * $col["val_accuracy"]
