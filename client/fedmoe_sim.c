@@ -49,7 +49,7 @@ static void usage(FILE *f)
             "  --stem mlp|cnn        (default mlp)\n"
             "  --specialists S       specialists per client (default 2)\n"
             "  --local-epochs N      passes over a client's train split per round (default 1)\n"
-            "  --lr-schedule S       constant, or cosine over the rounds (default constant)\n"
+            "  --lr-schedule S       constant, or cosine over the rounds (default cosine)\n"
             "  --tau T               logit scale of the prompt head (default 10)\n"
             "  --batch B             clients' batch size (default 32)\n"
             "  --dataset SPEC        fmnist (default), fmnist:DIR, idx:IMAGES,LABELS or csv:PATH\n"

@@ -50,7 +50,7 @@ static void usage(FILE *f)
             "  --lr LR               expert learning rate (default 1e-3)\n"
             "  --router-lr LR        router learning rate (default 1e-3)\n"
             "  --lr-schedule S       constant, or cosine: both rates decay over the rounds\n"
-            "                        from 1x to 0.05x (default constant)\n"
+            "                        from 1x to 0.05x (default cosine)\n"
             "  --expert-steps N      T_e (default 30)\n"
             "  --router-steps N      T_r (default 10)\n"
             "  --max-message BYTES   largest message accepted (default: twice the model, plus 1 MiB)\n"

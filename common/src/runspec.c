@@ -66,6 +66,7 @@ void fm_run_spec_default(fm_run_spec_t *s)
     fm_model_config_default(&s->model);
     fm_train_config_default(&s->train);
     s->local_epochs = 1;
+    s->lr_schedule = FM_LR_COSINE;
     snprintf(s->dataset, sizeof s->dataset, "fmnist");
     fm_partition_config_default(&s->part);
     s->partition_count = 10;

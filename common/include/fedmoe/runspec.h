@@ -57,14 +57,14 @@ typedef struct {
     fm_model_config_t model;
     fm_train_config_t train;
     int local_epochs;          /* passes over the train split per round (1) */
-    fm_lr_schedule lr_schedule; /* the coordinator's; travels as Task.lr_scale */
+    fm_lr_schedule lr_schedule; /* the coordinator's (cosine); travels as Task.lr_scale */
     char dataset[256];         /* "fmnist", ... */
     fm_partition_config_t part;
     int partition_count;       /* clients the data is split over */
 } fm_run_spec_t;
 
 /* Defaults: strategy full, seed 1, the default model / training, fmnist with
- * Dirichlet 0.3 over 10 clients, one local epoch. */
+ * Dirichlet 0.3 over 10 clients, one local epoch, cosine learning-rate schedule. */
 void fm_run_spec_default(fm_run_spec_t *s);
 /* Sets the model's gating from the strategy and checks everything; FM_ERR_ARG with
  * a reason. */
