@@ -22,15 +22,16 @@ sim=$build/client/fedmoe-sim
 hist=$build/server/fedmoe-history
 for tag in $settings; do
   setting=${tag/-/ }
-  ids=()
+  ids=() labels=()
   for strategy in $strategies; do
     echo "== $setting, $strategy, $rounds rounds ($*)" >&2
     $sim --clients 20 --rounds "$rounds" --strategy "$strategy" --$setting --seed 1 --db "$db" \
          --workdir "$out/work-$tag-$strategy" "$@" > "$out/sim-$tag-$strategy.txt"
     ids+=("$(grep -m1 '^run ' "$out/sim-$tag-$strategy.txt" | awk '{print $2}')")
+    labels+=("$setting $strategy")
   done
   $hist --db "$db" plot --out "$out/accuracy-$tag.svg" "${ids[@]}" >&2
   for i in "${!ids[@]}"; do
-    bench/run-summary.sh "$db" "${ids[$i]}" "$setting" "$(echo $strategies | cut -d' ' -f$((i + 1)))"
+    bench/run-summary.sh "$db" "${ids[$i]}" "${labels[$i]}"
   done | tee "$out/summary-$tag.txt"
 done

@@ -44,19 +44,10 @@ int main(int argc, char **argv)
     fm_run_spec_t spec;
     fm_run_spec_default(&spec);
     fm_run_spec_finish(&spec);
-    Fedmoe__Welcome w = FEDMOE__WELCOME__INIT;
-    Fedmoe__ModelSpec ms;
-    Fedmoe__TrainSpec ts;
-    Fedmoe__DataSpec ds;
-    fm_run_spec_to_pb(&spec, &ms, &ts, &ds);
-    w.run_id = "run-1";
-    w.seed = 1;
-    w.model = &ms;
-    w.train = &ts;
-    w.data = &ds;
-    w.strategy = "full";
+    fm_welcome_pb_t w;
+    fm_run_spec_welcome(&spec, "run-1", 0, 0, &w);
     env.body_case = FEDMOE__ENVELOPE__BODY_WELCOME;
-    env.welcome = &w;
+    env.welcome = &w.welcome;
     write_env(argv[1], "welcome", &env);
 
     Fedmoe__Tensor model, prompt, nl, *ml[1] = {&model}, *nll[1] = {&nl};

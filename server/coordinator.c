@@ -304,21 +304,10 @@ static void handle_hello(coord_t *c, const char *id, const Fedmoe__Hello *h)
     if (fm_store_upsert_client(c->store, c->run_id, &row) != FM_OK)
         fm_warn("%s", fm_error_last());
     Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
-    Fedmoe__Welcome w = FEDMOE__WELCOME__INIT;
-    Fedmoe__ModelSpec ms;
-    Fedmoe__TrainSpec ts;
-    Fedmoe__DataSpec ds;
-    fm_run_spec_to_pb(&c->spec, &ms, &ts, &ds);
-    w.run_id = c->run_id;
-    w.seed = c->spec.seed;
-    w.model = &ms;
-    w.train = &ts;
-    w.data = &ds;
-    w.partition_index = part;
-    w.round = (uint32_t)c->round;
-    w.strategy = (char *)fm_strategy_name(c->spec.strategy);
+    fm_welcome_pb_t w;
+    fm_run_spec_welcome(&c->spec, c->run_id, part, (uint32_t)c->round, &w);
     env.body_case = FEDMOE__ENVELOPE__BODY_WELCOME;
-    env.welcome = &w;
+    env.welcome = &w.welcome;
     fm_wire_send(c->sock, id, &env);
     fm_info("client %s %s (partition %d, %u specialists)", id, was ? "said hello again" : "joined", part,
             h->specialists);
@@ -471,7 +460,8 @@ static void handle_update(coord_t *c, client_t *cl, const Fedmoe__Update *u, siz
     if (!m || !isfinite(m->train_loss) || !isfinite(m->val_loss) || !isfinite(m->test_loss) ||
         !(m->test_accuracy >= 0.0f && m->test_accuracy <= 1.0f) ||
         !(m->generalist_share >= 0.0f && m->generalist_share <= 1.0f) || m->test_correct > m->test_samples ||
-        m->test_samples > (1ull << 40) || m->val_correct > m->val_samples || m->val_samples > (1ull << 40) || !(m->seconds >= 0.0 && m->seconds < 1e9)) {
+        m->test_samples > (1ull << 40) || m->val_correct > m->val_samples || m->val_samples > (1ull << 40) ||
+        !(m->seconds >= 0.0 && m->seconds < 1e9)) {
         send_error(c, cl->id, FM_WIRE_BAD_VALUE, "metrics missing or out of range");
         return;
     }

@@ -434,21 +434,10 @@ static void test_client_checks_tasks(void **state)
     spec.strategy = FM_STRATEGY_LOCAL;
     assert_int_equal(fm_run_spec_finish(&spec), FM_OK);
     Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
-    Fedmoe__Welcome w = FEDMOE__WELCOME__INIT;
-    Fedmoe__ModelSpec ms;
-    Fedmoe__TrainSpec ts;
-    Fedmoe__DataSpec ds;
-    fm_run_spec_to_pb(&spec, &ms, &ts, &ds);
-    w.run_id = "run-fake";
-    w.seed = spec.seed;
-    w.model = &ms;
-    w.train = &ts;
-    w.data = &ds;
-    w.partition_index = 3;
-    w.round = 1;
-    w.strategy = "local";
+    fm_welcome_pb_t w;
+    fm_run_spec_welcome(&spec, "run-fake", 3, 1, &w);
     env.body_case = FEDMOE__ENVELOPE__BODY_WELCOME;
-    env.welcome = &w;
+    env.welcome = &w.welcome;
     assert_int_equal(fm_wire_send(sock, "c1", &env), FM_OK);
     e = router_expect(sock, id, FEDMOE__ENVELOPE__BODY_HELLO); /* again, with its sample counts */
     assert_true(e->hello->train_samples > 0);

@@ -99,7 +99,7 @@ static const char *scheme_name(fm_partition_kind k)
     return k == FM_PARTITION_PATHOLOGICAL ? "pathological" : k == FM_PARTITION_IID ? "iid" : "dirichlet";
 }
 
-void fm_run_spec_to_pb(const fm_run_spec_t *s, Fedmoe__ModelSpec *m, Fedmoe__TrainSpec *t, Fedmoe__DataSpec *d)
+static void spec_to_pb(const fm_run_spec_t *s, Fedmoe__ModelSpec *m, Fedmoe__TrainSpec *t, Fedmoe__DataSpec *d)
 {
     const fm_model_config_t *c = &s->model;
     fedmoe__model_spec__init(m);
@@ -142,6 +142,21 @@ void fm_run_spec_to_pb(const fm_run_spec_t *s, Fedmoe__ModelSpec *m, Fedmoe__Tra
     d->classes_per_client = (uint32_t)s->part.classes_per_client;
     d->min_samples = (uint32_t)s->part.min_samples;
     d->partition_count = (uint32_t)s->partition_count;
+}
+
+void fm_run_spec_welcome(const fm_run_spec_t *s, const char *run_id, int32_t partition, uint32_t round,
+                         fm_welcome_pb_t *w)
+{
+    spec_to_pb(s, &w->model, &w->train, &w->data);
+    fedmoe__welcome__init(&w->welcome);
+    w->welcome.run_id = (char *)run_id;
+    w->welcome.seed = s->seed;
+    w->welcome.model = &w->model;
+    w->welcome.train = &w->train;
+    w->welcome.data = &w->data;
+    w->welcome.partition_index = partition;
+    w->welcome.round = round;
+    w->welcome.strategy = (char *)fm_strategy_name(s->strategy);
 }
 
 #define CAP_INT(v, hi) ((v) > (hi) ? -1 : (int)(v))

@@ -417,13 +417,13 @@ static void read_round(sqlite3_stmt *st, void *p)
 fm_status fm_store_list_rounds(fm_store_t *s, const char *run_id, fm_round_row_t **rows, int *n)
 {
     sqlite3_stmt *st;
-    if (prepare(s, &st,
-                s->has_val ? "SELECT round, started_at, finished_at, selected, completed, dropped, train_loss,"
-                             " test_loss, test_accuracy, bytes_up, bytes_down, seconds, checkpoint_sha256, val_accuracy"
-                             " FROM rounds WHERE run_id = ? ORDER BY round"
-                           : "SELECT round, started_at, finished_at, selected, completed, dropped, train_loss,"
-                             " test_loss, test_accuracy, bytes_up, bytes_down, seconds, checkpoint_sha256, NULL"
-                             " FROM rounds WHERE run_id = ? ORDER BY round") != FM_OK)
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "SELECT round, started_at, finished_at, selected, completed, dropped, train_loss, test_loss,"
+             " test_accuracy, bytes_up, bytes_down, seconds, checkpoint_sha256, %s FROM rounds WHERE run_id = ?"
+             " ORDER BY round",
+             s->has_val ? "val_accuracy" : "NULL");
+    if (prepare(s, &st, sql) != FM_OK)
         return FM_ERR_IO;
     sqlite3_bind_text(st, 1, run_id, -1, SQLITE_TRANSIENT);
     return read_all(s, st, (void **)rows, n, sizeof **rows, read_round);
@@ -455,15 +455,13 @@ fm_status fm_store_list_client_rounds(fm_store_t *s, const char *run_id, int rou
                                       int *n)
 {
     sqlite3_stmt *st;
-    if (prepare(s, &st,
-                s->has_val ? "SELECT round, client_id, status, train_loss, val_loss, test_loss, test_accuracy,"
-                             " generalist_share, train_samples, test_samples, test_correct, seconds, bytes_up,"
-                             " bytes_down, val_samples, val_correct FROM client_rounds"
-                             " WHERE run_id = ?1 AND (?2 < 0 OR round = ?2) ORDER BY round, client_id"
-                           : "SELECT round, client_id, status, train_loss, val_loss, test_loss, test_accuracy,"
-                             " generalist_share, train_samples, test_samples, test_correct, seconds, bytes_up,"
-                             " bytes_down, NULL, NULL FROM client_rounds"
-                             " WHERE run_id = ?1 AND (?2 < 0 OR round = ?2) ORDER BY round, client_id") != FM_OK)
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "SELECT round, client_id, status, train_loss, val_loss, test_loss, test_accuracy, generalist_share,"
+             " train_samples, test_samples, test_correct, seconds, bytes_up, bytes_down, %s FROM client_rounds"
+             " WHERE run_id = ?1 AND (?2 < 0 OR round = ?2) ORDER BY round, client_id",
+             s->has_val ? "val_samples, val_correct" : "NULL, NULL");
+    if (prepare(s, &st, sql) != FM_OK)
         return FM_ERR_IO;
     sqlite3_bind_text(st, 1, run_id, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int(st, 2, round);

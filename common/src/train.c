@@ -164,6 +164,16 @@ static int next_val_batch(fm_trainer_t *t, const fm_dataset_t *val)
     return B;
 }
 
+/* n upper-level steps on the next validation batches; losses summed into *sum. */
+static void upper_steps(fm_trainer_t *t, const fm_dataset_t *val, long n, double *sum, long *count)
+{
+    for (long s = 0; s < n; s++) {
+        int vb = next_val_batch(t, val);
+        *sum += fm_trainer_step(t, FM_LEVEL_UPPER, t->x, t->y, vb);
+        (*count)++;
+    }
+}
+
 fm_status fm_trainer_run(fm_trainer_t *t, const fm_dataset_t *train, const fm_dataset_t *val, int epochs,
                          fm_train_stats_t *out)
 {
@@ -204,24 +214,15 @@ fm_status fm_trainer_run(fm_trainer_t *t, const fm_dataset_t *train, const fm_da
                 t->progress(t->progress_user);
             if (upper && ++since_upper == t->cfg.expert_steps) {
                 since_upper = 0;
-                for (int s = 0; s < t->cfg.router_steps; s++) {
-                    int vb = next_val_batch(t, val);
-                    vsum += fm_trainer_step(t, FM_LEVEL_UPPER, t->x, t->y, vb);
-                    vcount++;
-                }
+                upper_steps(t, val, t->cfg.router_steps, &vsum, &vcount);
             }
         }
     }
     /* the cycle left unfinished at the end gets its share of upper steps, so a
      * client with fewer than T_e batches still trains its routers */
-    if (upper && since_upper > 0) {
-        long share = (since_upper * t->cfg.router_steps + t->cfg.expert_steps / 2) / t->cfg.expert_steps;
-        for (long s = 0; s < share; s++) {
-            int vb = next_val_batch(t, val);
-            vsum += fm_trainer_step(t, FM_LEVEL_UPPER, t->x, t->y, vb);
-            vcount++;
-        }
-    }
+    if (upper && since_upper > 0)
+        upper_steps(t, val, (since_upper * t->cfg.router_steps + t->cfg.expert_steps / 2) / t->cfg.expert_steps,
+                    &vsum, &vcount);
     out->train_loss = lcount ? lsum / lcount : 0.0;
     out->val_loss = vcount ? vsum / vcount : 0.0;
     out->lower_steps = lcount;

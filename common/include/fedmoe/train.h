@@ -52,7 +52,7 @@ fm_status fm_trainer_run(fm_trainer_t *t, const fm_dataset_t *train, const fm_da
 float fm_trainer_step(fm_trainer_t *t, fm_level level, const float *x, const uint8_t *y, int B);
 /* Multiplies both levels' learning rates by scale from now on (schedules). */
 void fm_trainer_set_lr_scale(fm_trainer_t *t, float scale);
-/* Cosine decay from 1 at step 1 toward floor at step total + 1:
+/* Cosine decay from 1 at step 1 toward min_scale at step total + 1:
  * min_scale + (1 - min_scale) (1 + cos(pi (step - 1) / total)) / 2. */
 float fm_lr_cosine(int step, int total, float min_scale);
 /* The trainer's shuffling generator, to save and restore with the model state. */
