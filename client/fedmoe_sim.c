@@ -52,6 +52,9 @@ static void usage(FILE *f)
             "  --lr-schedule S       constant, or cosine over the rounds (default cosine)\n"
             "  --tau T               logit scale of the prompt head (default 10)\n"
             "  --batch B             clients' batch size (default 32)\n"
+            "  --weight-decay W      AdamW weight decay of the experts' matrices (default 1e-4)\n"
+            "  --anchor A            pull of local specialists toward the generalist, per unit lr\n"
+            "                        (local, comigs, full; default 0)\n"
             "  --dataset SPEC        fmnist (default), fmnist:DIR, idx:IMAGES,LABELS or csv:PATH\n"
             "  --round-timeout S     seconds a round waits for updates (default 600)\n"
             "  --port P              loopback port of the coordinator (default: a free one)\n"
@@ -136,7 +139,8 @@ int main(int argc, char **argv)
         {"dataset", required_argument, 0, 'D'},      {"round-timeout", required_argument, 0, 't'},
         {"port", required_argument, 0, 'P'},         {"workdir", required_argument, 0, 'w'},
         {"lr-schedule", required_argument, 0, 'L'},  {"tau", required_argument, 0, 'T'},
-        {"batch", required_argument, 0, 'B'},
+        {"batch", required_argument, 0, 'B'},        {"weight-decay", required_argument, 0, 'W'},
+        {"anchor", required_argument, 0, 'A'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     int clients = 10, rounds = 20, port = 0, specialists = 2, iv;
@@ -184,6 +188,8 @@ int main(int argc, char **argv)
         }
         case 'B': st = fm_arg_int("--batch", optarg, 1, 65536, &iv); break;
         case 'T': st = fm_arg_double("--tau", optarg, 0.01, 1000.0, &dv); break;
+        case 'W': st = fm_arg_double("--weight-decay", optarg, 0.0, 1000.0, &dv); break;
+        case 'A': st = fm_arg_double("--anchor", optarg, 0.0, 1e6, &dv); break;
         case 'L': {
             fm_lr_schedule sched;
             st = fm_lr_schedule_parse("--lr-schedule", optarg, &sched);
@@ -201,7 +207,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "fedmoe-sim: %s\n", fm_error_last());
             return 2;
         }
-        if (strchr("sapifSmxeDtLTB", c) && npass < 60) {
+        if (strchr("sapifSmxeDtLTBWA", c) && npass < 60) {
             char flag[64];
             snprintf(flag, sizeof flag, "--%s", opts[idx].name);
             pass[npass++] = strdup(flag);

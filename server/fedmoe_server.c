@@ -53,6 +53,10 @@ static void usage(FILE *f)
             "                        from 1x to 0.05x (default cosine)\n"
             "  --expert-steps N      T_e (default 30)\n"
             "  --router-steps N      T_r (default 10)\n"
+            "  --weight-decay W      AdamW weight decay of the lower level's matrices (default 1e-4)\n"
+            "  --anchor A            after each expert step, specialists move lr x A of the way toward\n"
+            "                        their block's mean generalist, where specialists stay local\n"
+            "                        (local, comigs, full); 0 turns it off (default 0)\n"
             "  --max-message BYTES   largest message accepted (default: twice the model, plus 1 MiB)\n"
             "  -v, --verbose         debug logging\n"
             "  -h, --help            this text\n");
@@ -124,7 +128,13 @@ static fm_status apply(fm_server_config_t *c, const char *name, const char *v)
         st = fm_arg_int(flag, v, 1, 1 << 30, &s->train.expert_steps);
     else if (!strcmp(name, "router-steps") || !strcmp(name, "router_steps"))
         st = fm_arg_int(flag, v, 0, 1 << 30, &s->train.router_steps);
-    else if (!strcmp(name, "max-message") || !strcmp(name, "max_message")) {
+    else if (!strcmp(name, "weight-decay") || !strcmp(name, "weight_decay")) {
+        st = fm_arg_double(flag, v, 0.0, 1000.0, &dv);
+        s->train.lower.weight_decay = (float)dv;
+    } else if (!strcmp(name, "anchor")) {
+        st = fm_arg_double(flag, v, 0.0, 1e6, &dv);
+        s->train.anchor = (float)dv;
+    } else if (!strcmp(name, "max-message") || !strcmp(name, "max_message")) {
         if ((st = fm_arg_long(flag, v, 1024, 1L << 40, &lv)) == FM_OK)
             c->max_message = (size_t)lv;
     } else {
@@ -168,6 +178,7 @@ int main(int argc, char **argv)
         {"router-lr", required_argument, 0, 1}, {"expert-steps", required_argument, 0, 1},
         {"router-steps", required_argument, 0, 1}, {"max-message", required_argument, 0, 1},
         {"lr-schedule", required_argument, 0, 1}, {"tau", required_argument, 0, 1},
+        {"weight-decay", required_argument, 0, 1}, {"anchor", required_argument, 0, 1},
         {"verbose", no_argument, 0, 'v'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     fm_server_config_t cfg;
     fm_server_config_default(&cfg);

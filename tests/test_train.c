@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -236,6 +237,87 @@ static void test_training_learns(void **state)
     fm_model_destroy(&m);
 }
 
+/* Expert index of a parameter named blockL.expertE.*, or -1. */
+static int expert_of(const char *name)
+{
+    const char *e = strstr(name, ".expert");
+    return e ? atoi(e + 7) : -1;
+}
+
+/* The same tensor of generalist g in the same block as p. */
+static const float *generalist_twin(fm_params_t *ps, const char *name, int g)
+{
+    char want[48];
+    const char *e = strstr(name, ".expert"), *dot = strchr(e + 1, '.');
+    snprintf(want, sizeof want, "%.*s.expert%d%s", (int)(e - name), name, g, dot);
+    for (int i = 0; i < ps->count; i++)
+        if (strcmp(ps->params[i].name, want) == 0)
+            return ps->params[i].view->w;
+    fail_msg("no parameter %s", want);
+    return NULL;
+}
+
+/* The anchor pulls each specialist toward its block's mean generalist by the
+ * given fraction, and touches nothing else. */
+static void test_anchor_pulls_specialists(void **state)
+{
+    (void)state;
+    fm_model_config_t c;
+    config(&c, false);
+    c.generalists = 2;
+    c.specialists = 2;
+    fm_model_t *m = NULL;
+    assert_int_equal(fm_model_new(&m, &c, 3, FM_STREAM_LOCAL), FM_OK);
+    fm_params_t *ps = fm_model_params(m);
+    snapshot_t s = snap(m);
+    fm_model_anchor_specialists(m, 0.25f);
+    int pulled = 0;
+    for (int i = 0; i < ps->count; i++) {
+        const fm_param_t *p = &ps->params[i];
+        if (expert_of(p->name) < c.generalists) {
+            assert_false(changed(m, &s, p));
+            continue;
+        }
+        const float *g0 = generalist_twin(ps, p->name, 0), *g1 = generalist_twin(ps, p->name, 1);
+        const float *before = s.w[p->group] + p->offset;
+        for (size_t j = 0; j < p->size; j++) {
+            float mean = 0.5f * (g0[j] + g1[j]);
+            assert_float_equal(p->view->w[j], before[j] - 0.25f * (before[j] - mean), 1e-6);
+        }
+        if (p->rows > 1) /* biases start at zero everywhere, so they stay */
+            assert_true(changed(m, &s, p));
+        pulled++;
+    }
+    assert_int_equal(pulled, c.blocks * c.specialists * 4);
+    unsnap(&s);
+
+    /* in training: with lr x anchor = 1 every lower step ends with the specialists
+     * on the mean generalist, and upper steps do not move experts */
+    fm_dataset_t train, val;
+    blobs(&train, 200, 1);
+    blobs(&val, 64, 2);
+    fm_train_config_t tc;
+    fm_train_config_default(&tc);
+    tc.anchor = 1.0f / tc.lower.lr;
+    fm_trainer_t *t = NULL;
+    assert_int_equal(fm_trainer_new(&t, m, &tc, 1, 1), FM_OK);
+    fm_train_stats_t st;
+    assert_int_equal(fm_trainer_run(t, &train, &val, 1, &st), FM_OK);
+    assert_true(st.upper_steps > 0);
+    for (int i = 0; i < ps->count; i++) {
+        const fm_param_t *p = &ps->params[i];
+        if (expert_of(p->name) < c.generalists)
+            continue;
+        const float *g0 = generalist_twin(ps, p->name, 0), *g1 = generalist_twin(ps, p->name, 1);
+        for (size_t j = 0; j < p->size; j++)
+            assert_float_equal(p->view->w[j], 0.5f * (g0[j] + g1[j]), 1e-6);
+    }
+    fm_trainer_destroy(&t);
+    fm_dataset_free(&train);
+    fm_dataset_free(&val);
+    fm_model_destroy(&m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -244,6 +326,7 @@ int main(void)
         cmocka_unit_test(test_alternation_schedule),
         cmocka_unit_test(test_lr_schedules),
         cmocka_unit_test(test_training_learns),
+        cmocka_unit_test(test_anchor_pulls_specialists),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -12,6 +12,7 @@
 #include <zmq.h>
 
 #include "fedmoe/rng.h"
+#include "fedmoe/runspec.h"
 #include "fedmoe/wire.h"
 
 static void make_update(Fedmoe__Envelope *env, Fedmoe__Update *up, Fedmoe__Tensor *t, Fedmoe__Tensor **list,
@@ -193,6 +194,42 @@ static void test_zmq_router_dealer(void **state)
     zmq_ctx_term(ctx);
 }
 
+/* The run's training settings reach the client through Welcome: values survive
+ * the trip, the anchor is off where specialists are averaged, and out-of-range or
+ * non-finite settings from the network are refused. */
+static void test_welcome_train_spec(void **state)
+{
+    (void)state;
+    fm_run_spec_t s, got;
+    fm_run_spec_default(&s);
+    s.train.anchor = 5.0f;
+    s.train.lower.weight_decay = 0.02f;
+    s.train.batch = 16;
+    assert_int_equal(fm_run_spec_finish(&s), FM_OK);
+    fm_welcome_pb_t w;
+    fm_run_spec_welcome(&s, "run-x", 2, 1, &w);
+    assert_int_equal(fm_run_spec_from_welcome(&got, &w.welcome, s.model.specialists), FM_OK);
+    assert_float_equal(got.train.anchor, 5.0f, 0.0);
+    assert_float_equal(got.train.lower.weight_decay, 0.02f, 0.0);
+    assert_int_equal(got.train.batch, 16);
+
+    s.strategy = FM_STRATEGY_FEDAVG;
+    assert_int_equal(fm_run_spec_finish(&s), FM_OK);
+    assert_float_equal(s.train.anchor, 0.0f, 0.0);
+
+    s.strategy = FM_STRATEGY_FULL;
+    s.train.anchor = 5.0f;
+    const float bad_anchor[] = {NAN, -1.0f, 1e9f};
+    for (int i = 0; i < 3; i++) {
+        fm_run_spec_welcome(&s, "run-x", 2, 1, &w);
+        w.train.anchor = bad_anchor[i];
+        assert_int_equal(fm_run_spec_from_welcome(&got, &w.welcome, s.model.specialists), FM_ERR_ARG);
+    }
+    fm_run_spec_welcome(&s, "run-x", 2, 1, &w);
+    w.train.weight_decay = INFINITY;
+    assert_int_equal(fm_run_spec_from_welcome(&got, &w.welcome, s.model.specialists), FM_ERR_ARG);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -200,6 +237,7 @@ int main(void)
         cmocka_unit_test(test_nan_and_version),
         cmocka_unit_test(test_random_bytes),
         cmocka_unit_test(test_zmq_router_dealer),
+        cmocka_unit_test(test_welcome_train_spec),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

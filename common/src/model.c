@@ -156,6 +156,36 @@ fm_status fm_model_config_check(const fm_model_config_t *c)
 const fm_model_config_t *fm_model_config(const fm_model_t *m) { return &m->cfg; }
 fm_params_t *fm_model_params(fm_model_t *m) { return &m->ps; }
 int fm_model_experts(const fm_model_t *m) { return m->E; }
+
+/* Tensor t (0..3: w1, b1, w2, b2) of an expert, and its length. */
+static fm_view_t *expert_tensor(expert_t *ex, int t) { return t == 0 ? &ex->w1 : t == 1 ? &ex->b1 : t == 2 ? &ex->w2 : &ex->b2; }
+
+void fm_model_anchor_specialists(fm_model_t *m, float rate)
+{
+    const fm_model_config_t *c = &m->cfg;
+    int G = c->generalists;
+    if (rate == 0.0f || G < 1)
+        return;
+    const size_t len[4] = {(size_t)c->ffn_hidden * c->d, (size_t)c->ffn_hidden, (size_t)c->d * c->ffn_hidden,
+                           (size_t)c->d};
+    float inv = 1.0f / (float)G;
+    for (int l = 0; l < c->blocks; l++) {
+        expert_t *ex = m->blocks[l].experts;
+        for (int t = 0; t < 4; t++) {
+            const float *g0 = expert_tensor(&ex[0], t)->w;
+            for (int e = G; e < m->E; e++) {
+                float *w = expert_tensor(&ex[e], t)->w;
+                for (size_t i = 0; i < len[t]; i++) {
+                    float mean = g0[i];
+                    for (int g = 1; g < G; g++)
+                        mean += expert_tensor(&ex[g], t)->w[i];
+                    w[i] -= rate * (w[i] - mean * inv);
+                }
+            }
+        }
+    }
+}
+
 int fm_model_nonlocal_count(const fm_model_t *m) { return m->K; }
 
 /* ---- construction ---------------------------------------------------------- */

@@ -75,6 +75,9 @@ void fm_run_spec_default(fm_run_spec_t *s)
 fm_status fm_run_spec_finish(fm_run_spec_t *s)
 {
     s->model.gating = fm_strategy_uses_pool(s->strategy);
+    /* the anchor regularises specialists that stay local; averaged ones have FedAvg */
+    if (fm_strategy_averages_local(s->strategy))
+        s->train.anchor = 0.0f;
     fm_status st = fm_model_config_check(&s->model);
     if (st != FM_OK)
         return st;
@@ -85,6 +88,12 @@ fm_status fm_run_spec_finish(fm_run_spec_t *s)
     if (s->train.batch < 1 || s->train.batch > 65536 || s->train.expert_steps < 1 || s->train.router_steps < 0 ||
         !(s->train.lower.lr >= 0.0f && s->train.lower.lr <= 10.0f) || !(s->train.upper.lr >= 0.0f && s->train.upper.lr <= 10.0f)) {
         fm_error_set("training spec out of range (batch 1..65536, expert_steps >= 1, lr 0..10)");
+        return FM_ERR_ARG;
+    }
+    const fm_train_config_t *tc = &s->train;
+    if (!(tc->lower.weight_decay >= 0.0f && tc->lower.weight_decay <= 1000.0f) ||
+        !(tc->anchor >= 0.0f && tc->lower.lr * tc->anchor <= 1.0f)) {
+        fm_error_set("training spec out of range (weight decay 0..1000, anchor >= 0 with lr x anchor <= 1)");
         return FM_ERR_ARG;
     }
     if (s->partition_count < 1 || s->partition_count > 100000) {
@@ -135,6 +144,7 @@ static void spec_to_pb(const fm_run_spec_t *s, Fedmoe__ModelSpec *m, Fedmoe__Tra
     t->weight_decay = s->train.lower.weight_decay;
     t->local_epochs = (uint32_t)s->local_epochs;
     t->lb_in_upper = s->train.lb_in_upper;
+    t->anchor = s->train.anchor;
     fedmoe__data_spec__init(d);
     d->dataset = (char *)s->dataset;
     d->scheme = (char *)scheme_name(s->part.kind);
@@ -220,6 +230,7 @@ fm_status fm_run_spec_from_welcome(fm_run_spec_t *s, const Fedmoe__Welcome *w, i
     s->train.upper.lr = t->router_lr;
     s->train.lower.weight_decay = t->weight_decay;
     s->train.lb_in_upper = t->lb_in_upper;
+    s->train.anchor = t->anchor;
     s->local_epochs = CAP_INT(t->local_epochs, 1000);
     const Fedmoe__DataSpec *d = w->data;
     snprintf(s->dataset, sizeof s->dataset, "%s", d->dataset);
@@ -257,7 +268,7 @@ size_t fm_run_spec_json(const fm_run_spec_t *s, char *buf, size_t cap)
         "\"prompt_len\":%d,\"prompt_dim\":%d,\"text_hidden\":%d,\"heads\":%d,\"max_nonlocal\":%d,"
         "\"attn_scale\":%g,\"lambda\":%g,\"tau\":%g,\"gating\":%s,\"gating_on_validation\":%s},"
         "\"train\":{\"batch\":%d,\"expert_steps\":%d,\"router_steps\":%d,\"lr\":%g,\"router_lr\":%g,"
-        "\"weight_decay\":%g,\"local_epochs\":%d,\"lb_in_upper\":%s,\"lr_schedule\":\"%s\"}}",
+        "\"weight_decay\":%g,\"local_epochs\":%d,\"lb_in_upper\":%s,\"anchor\":%g,\"lr_schedule\":\"%s\"}}",
         fm_strategy_name(s->strategy), (unsigned long long)s->seed, s->dataset, scheme_name(s->part.kind),
         s->part.alpha, s->part.classes_per_client, s->part.min_samples, s->partition_count,
         c->stem == FM_STEM_CNN ? "cnn" : "mlp", c->in_dim, c->classes, c->d, c->blocks, c->generalists,
@@ -266,7 +277,7 @@ size_t fm_run_spec_json(const fm_run_spec_t *s, char *buf, size_t cap)
         c->gating ? "true" : "false", c->gating_on_validation ? "true" : "false", s->train.batch,
         s->train.expert_steps, s->train.router_steps, s->train.lower.lr, s->train.upper.lr,
         s->train.lower.weight_decay, s->local_epochs, s->train.lb_in_upper ? "true" : "false",
-        fm_lr_schedule_name(s->lr_schedule));
+        s->train.anchor, fm_lr_schedule_name(s->lr_schedule));
     return n < 0 ? 0 : (size_t)n;
 }
 

@@ -37,6 +37,7 @@ void fm_train_config_default(fm_train_config_t *c)
     c->lower = (fm_adamw_config_t){.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 1e-4f};
     c->upper = (fm_adamw_config_t){.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.0f};
     c->lb_in_upper = true;
+    c->anchor = 0.0f;
 }
 
 fm_status fm_trainer_new(fm_trainer_t **out, fm_model_t *m, const fm_train_config_t *cfg, uint64_t seed,
@@ -120,6 +121,8 @@ static void adamw_level(fm_trainer_t *t, fm_level level)
         fm_adamw_update(g->w + p->offset, g->g + p->offset, g->m + p->offset, g->v + p->offset, p->size, c,
                         p->decay ? c->weight_decay : 0.0f, step);
     }
+    if (level == FM_LEVEL_LOWER && t->cfg.anchor > 0.0f)
+        fm_model_anchor_specialists(t->m, fminf(1.0f, c->lr * t->cfg.anchor));
 }
 
 float fm_trainer_step(fm_trainer_t *t, fm_level level, const float *x, const uint8_t *y, int B)

@@ -68,6 +68,10 @@ const fm_model_config_t *fm_model_config(const fm_model_t *m);
 fm_params_t *fm_model_params(fm_model_t *m);
 /* Experts per block for this client: G + S. */
 int fm_model_experts(const fm_model_t *m);
+/* Pulls every specialist expert toward the mean of its block's generalists:
+ * w_s -= rate * (w_s - mean_g w_g) for each weight and bias (the generalists do
+ * not move). No effect without generalists or specialists, or with rate 0. */
+void fm_model_anchor_specialists(fm_model_t *m, float rate);
 
 /* Sets the K frozen non-local prompts, K * prompt_len * prompt_dim floats
  * (copied); K = 0 clears them. Their class text features are computed here once. */

@@ -25,6 +25,8 @@ typedef struct {
     fm_adamw_config_t lower;    /* experts' optimizer */
     fm_adamw_config_t upper;    /* routers' optimizer */
     bool lb_in_upper;           /* the load-balancing term is part of the router objective too */
+    float anchor;               /* after each lower step, specialists move lr * anchor of the way
+                                 * toward their block's mean generalist (0: off) */
 } fm_train_config_t;
 
 void fm_train_config_default(fm_train_config_t *c);
