@@ -43,10 +43,13 @@ static void usage(FILE *f)
             "  --dirichlet ALPHA     Dirichlet label skew (default 0.3)\n"
             "  --pathological S      S classes per client instead\n"
             "  --iid                 uniform partition instead\n"
+            "  --holdout             tuning run: accuracy on a held-out part of the clients' train\n"
+            "                        and validation data, never on their test split\n"
             "  --fraction F          fraction of clients per round (default 1)\n"
             "  --db PATH             round log (default fedmoe-sim.db; every sim adds a new run)\n"
             "  --seed N              run seed (default 1)\n"
             "  --stem mlp|cnn        (default mlp)\n"
+            "  --generalists G       shared experts per block (default 1)\n"
             "  --specialists S       specialists per client (default 2)\n"
             "  --local-epochs N      passes over a client's train split per round (default 1)\n"
             "  --lr-schedule S       constant, or cosine over the rounds (default cosine)\n"
@@ -140,7 +143,7 @@ int main(int argc, char **argv)
         {"port", required_argument, 0, 'P'},         {"workdir", required_argument, 0, 'w'},
         {"lr-schedule", required_argument, 0, 'L'},  {"tau", required_argument, 0, 'T'},
         {"batch", required_argument, 0, 'B'},        {"weight-decay", required_argument, 0, 'W'},
-        {"anchor", required_argument, 0, 'A'},
+        {"anchor", required_argument, 0, 'A'},       {"holdout", no_argument, 0, 'H'},       {"generalists", required_argument, 0, 'G'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     int clients = 10, rounds = 20, port = 0, specialists = 2, iv;
@@ -151,6 +154,7 @@ int main(int argc, char **argv)
     char *pass[64];
     int npass = 0;
     char partition_desc[64] = "Dirichlet 0.3";
+    bool holdout = false; /* accuracies are then on the held-out part, not on test */
     opterr = 0;
     int c, idx = 0;
     while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
@@ -167,12 +171,14 @@ int main(int argc, char **argv)
             snprintf(partition_desc, sizeof partition_desc, "pathological %d", iv);
             break;
         case 'i': snprintf(partition_desc, sizeof partition_desc, "IID"); break;
+        case 'H': holdout = true; break;
         case 'f': st = fm_arg_double("--fraction", optarg, 1e-6, 1.0, &dv); break;
         case 'S':
             st = fm_arg_u64("--seed", optarg, &uv);
             seed = uv;
             break;
         case 'x': st = fm_arg_int("--specialists", optarg, 0, 63, &specialists); break;
+        case 'G': st = fm_arg_int("--generalists", optarg, 0, 64, &iv); break;
         case 'e': st = fm_arg_int("--local-epochs", optarg, 1, 1000, &iv); break;
         case 't': st = fm_arg_double("--round-timeout", optarg, 0.001, 1e7, &dv); break;
         case 'P': st = fm_arg_int("--port", optarg, 1, 65535, &port); break;
@@ -207,7 +213,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "fedmoe-sim: %s\n", fm_error_last());
             return 2;
         }
-        if (strchr("sapifSmxeDtLTBWA", c) && npass < 60) {
+        if (strchr("sapifSmxeDtLTBWAGH", c) && npass < 60) {
             char flag[64];
             snprintf(flag, sizeof flag, "--%s", opts[idx].name);
             pass[npass++] = strdup(flag);
@@ -331,8 +337,9 @@ int main(int argc, char **argv)
                 fm_store_run_clear(&r);
             }
             if (run_id[0]) {
-                printf("run %s\n%5s %9s %10s %9s %9s %8s\n", run_id, "round", "clients", "train_loss", "test_loss",
-                       "test_acc", "seconds");
+                printf("run %s\n%s%5s %9s %10s %9s %9s %8s\n", run_id,
+                       holdout ? "holdout run: test_loss and test_acc are on held-out train/validation data\n" : "",
+                       "round", "clients", "train_loss", "test_loss", "test_acc", "seconds");
                 fflush(stdout);
             }
         }
@@ -412,8 +419,10 @@ int main(int argc, char **argv)
             printf("\nsummary: run %s, strategy %s, %s, %d clients, seed %llu\n", run_id,
                    found ? run.strategy : "?", partition_desc, clients, seed);
             printf("  %-26s %d of %d%s\n", "rounds", n, rounds, found && strcmp(run.status, "finished") ? " (stopped)" : "");
-            printf("  %-26s %.2f%%\n", "final test accuracy", 100.0 * rr[n - 1].test_accuracy);
-            printf("  %-26s %.2f%% (round %d)\n", "best test accuracy", 100.0 * rr[best].test_accuracy, rr[best].round);
+            printf("  %-26s %.2f%%%s\n", holdout ? "final holdout accuracy" : "final test accuracy",
+                   100.0 * rr[n - 1].test_accuracy, holdout ? " (test splits unused)" : "");
+            printf("  best %-21s %.2f%% (round %d)\n", holdout ? "holdout accuracy" : "test accuracy",
+                   100.0 * rr[best].test_accuracy, rr[best].round);
             printf("  %-26s %.4f\n", "final mean train loss", rr[n - 1].train_loss);
             printf("  %-26s %.2f s\n", "mean round time", secs / n);
             printf("  %-26s %.1f s\n", "wall time", fm_clock_seconds() - t0);

@@ -282,6 +282,7 @@ static fm_status handle_welcome(session_t *s, const Fedmoe__Welcome *w)
     ds.count = s->spec.partition_count;
     ds.part = s->spec.part;
     ds.seed = s->spec.seed;
+    ds.holdout = s->spec.holdout;
     if ((st = fm_client_data_load(&s->data, &ds)) != FM_OK)
         return st;
     s->have_data = true;

@@ -41,8 +41,11 @@ static void usage(FILE *f)
             "  --dirichlet ALPHA     Dirichlet label skew (default 0.3)\n"
             "  --pathological S      S classes per client instead\n"
             "  --iid                 uniform partition instead\n"
+            "  --holdout             tuning run: clients evaluate on a held-out quarter of their train\n"
+            "                        and validation data, never on their test split\n"
             "model and training (sent to every client):\n"
             "  --stem mlp|cnn        (default mlp)\n"
+            "  --generalists G       shared experts per block (default 1)\n"
             "  --specialists S       specialists per client, required under fedavg / pfedmoap (default 2)\n"
             "  --local-epochs N      passes over a client's train split per round (default 1)\n"
             "  --tau T               logit scale of the prompt head (default 10)\n"
@@ -92,7 +95,7 @@ static fm_status apply(fm_server_config_t *c, const char *name, const char *v)
         if ((st = fm_arg_u64(flag, v, &uv)) == FM_OK)
             s->seed = uv;
     } else if (!strcmp(name, "new-run") || !strcmp(name, "new_run"))
-        c->new_run = !v || !strcmp(v, "true") || !strcmp(v, "1") || !strcmp(v, "yes");
+        st = fm_arg_bool(flag, v, &c->new_run);
     else if (!strcmp(name, "dataset"))
         snprintf(s->dataset, sizeof s->dataset, "%s", v);
     else if (!strcmp(name, "partitions"))
@@ -105,8 +108,12 @@ static fm_status apply(fm_server_config_t *c, const char *name, const char *v)
         s->part.kind = FM_PARTITION_PATHOLOGICAL;
     } else if (!strcmp(name, "iid"))
         s->part.kind = FM_PARTITION_IID;
+    else if (!strcmp(name, "holdout"))
+        st = fm_arg_bool(flag, v, &s->holdout);
     else if (!strcmp(name, "stem"))
         st = fm_stem_parse(flag, v, &s->model.stem);
+    else if (!strcmp(name, "generalists"))
+        st = fm_arg_int(flag, v, 0, 64, &s->model.generalists);
     else if (!strcmp(name, "specialists"))
         st = fm_arg_int(flag, v, 0, 63, &s->model.specialists);
     else if (!strcmp(name, "local-epochs") || !strcmp(name, "local_epochs"))
@@ -172,13 +179,13 @@ int main(int argc, char **argv)
         {"seed", required_argument, 0, 1}, {"new-run", no_argument, 0, 1},
         {"dataset", required_argument, 0, 1}, {"partitions", required_argument, 0, 1},
         {"dirichlet", required_argument, 0, 1}, {"pathological", required_argument, 0, 1},
-        {"iid", no_argument, 0, 1}, {"stem", required_argument, 0, 1},
+        {"iid", no_argument, 0, 1}, {"holdout", no_argument, 0, 1}, {"stem", required_argument, 0, 1},
         {"specialists", required_argument, 0, 1}, {"local-epochs", required_argument, 0, 1},
         {"batch", required_argument, 0, 1}, {"lr", required_argument, 0, 1},
         {"router-lr", required_argument, 0, 1}, {"expert-steps", required_argument, 0, 1},
         {"router-steps", required_argument, 0, 1}, {"max-message", required_argument, 0, 1},
         {"lr-schedule", required_argument, 0, 1}, {"tau", required_argument, 0, 1},
-        {"weight-decay", required_argument, 0, 1}, {"anchor", required_argument, 0, 1},
+        {"generalists", required_argument, 0, 1}, {"weight-decay", required_argument, 0, 1}, {"anchor", required_argument, 0, 1},
         {"verbose", no_argument, 0, 'v'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     fm_server_config_t cfg;
     fm_server_config_default(&cfg);

@@ -536,6 +536,7 @@ static void test_bad_arguments(void **state)
         {"server/fedmoe-server", "--bogus"},          {"server/fedmoe-server", "--fraction 2"},
         {"server/fedmoe-server", "--config /nonexistent.ini"},
         {"server/fedmoe-server", "--anchor 5000"},    {"client/fedmoe-sim", "--weight-decay -1"},
+        {"server/fedmoe-server", "--generalists 65"}, {"client/fedmoe-sim", "--generalists x"},
         {"client/fedmoe-client", "--bogus"},          {"client/fedmoe-client", "--partition 5/3"},
         {"client/fedmoe-client", "--id 'bad id'"},    {"client/fedmoe-client", "--standalone --stem rnn"},
         {"client/fedmoe-sim", "--clients 0"},         {"client/fedmoe-sim", "--strategy x"},

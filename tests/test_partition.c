@@ -172,6 +172,20 @@ static void test_split_is_stratified(void **state)
                 assert_int_equal(mark[parts[q][i]], 1);
                 mark[parts[q][i]] = 2;
             }
+        /* a holdout split re-splits train + validation alone: the test examples
+         * are nowhere in it, and nothing else is lost */
+        assert_int_equal(fm_split_holdout(&s2, labels, C, 5, j, 0.25, 0.2), FM_OK);
+        assert_int_equal(s2.n_train + s2.n_val + s2.n_test, s.n_train + s.n_val);
+        assert_true(s2.n_test > 0 || s.n_train + s.n_val < 4);
+        for (size_t i = 0; i < s.n_test; i++)
+            mark[s.test[i]] = 3;
+        const uint32_t *hparts[3] = {s2.train, s2.val, s2.test};
+        size_t hsizes[3] = {s2.n_train, s2.n_val, s2.n_test};
+        for (int q = 0; q < 3; q++)
+            for (size_t i = 0; i < hsizes[q]; i++) {
+                assert_int_equal(mark[hparts[q][i]], 2); /* train or validation before, once */
+                mark[hparts[q][i]] = 4;
+            }
         fm_split_free(&s);
         fm_split_free(&s2);
     }

@@ -194,7 +194,7 @@ static void test_zmq_router_dealer(void **state)
     zmq_ctx_term(ctx);
 }
 
-/* The run's training settings reach the client through Welcome: values survive
+/* The run's training settings (and the holdout switch) reach the client through Welcome: values survive
  * the trip, the anchor is off where specialists are averaged, and out-of-range or
  * non-finite settings from the network are refused. */
 static void test_welcome_train_spec(void **state)
@@ -205,6 +205,7 @@ static void test_welcome_train_spec(void **state)
     s.train.anchor = 5.0f;
     s.train.lower.weight_decay = 0.02f;
     s.train.batch = 16;
+    s.holdout = true;
     assert_int_equal(fm_run_spec_finish(&s), FM_OK);
     fm_welcome_pb_t w;
     fm_run_spec_welcome(&s, "run-x", 2, 1, &w);
@@ -212,6 +213,7 @@ static void test_welcome_train_spec(void **state)
     assert_float_equal(got.train.anchor, 5.0f, 0.0);
     assert_float_equal(got.train.lower.weight_decay, 0.02f, 0.0);
     assert_int_equal(got.train.batch, 16);
+    assert_true(got.holdout);
 
     s.strategy = FM_STRATEGY_FEDAVG;
     assert_int_equal(fm_run_spec_finish(&s), FM_OK);

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "fedmoe/log.h"
 
@@ -64,6 +65,23 @@ fm_status fm_arg_u64(const char *flag, const char *s, unsigned long long *out)
     }
     *out = v;
     return FM_OK;
+}
+
+fm_status fm_arg_bool(const char *flag, const char *s, bool *out)
+{
+    static const char *yes[] = {"true", "yes", "on", "1"}, *no[] = {"false", "no", "off", "0"};
+    if (!s) {
+        *out = true;
+        return FM_OK;
+    }
+    for (int i = 0; i < 4; i++) {
+        if (strcmp(s, yes[i]) == 0 || strcmp(s, no[i]) == 0) {
+            *out = strcmp(s, yes[i]) == 0;
+            return FM_OK;
+        }
+    }
+    fm_error_set("%s: '%s' is not true or false", flag, s);
+    return FM_ERR_ARG;
 }
 
 fm_status fm_arg_fraction(const char *flag, const char *s, int max_n, int *i, int *n)

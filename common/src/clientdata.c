@@ -80,6 +80,9 @@ fm_status fm_client_data_load(fm_client_data_t *cd, const fm_data_spec_t *spec)
     if ((st = fm_split_make(&split, mine, n_mine, all.y, all.classes, spec->seed, client, spec->test_frac,
                             spec->val_frac)) != FM_OK)
         goto out;
+    if (spec->holdout &&
+        (st = fm_split_holdout(&split, all.y, all.classes, spec->seed, client, spec->test_frac, spec->val_frac)) != FM_OK)
+        goto out;
     if ((st = fm_dataset_subset(&cd->train, &all, split.train, split.n_train)) != FM_OK ||
         (st = fm_dataset_subset(&cd->val, &all, split.val, split.n_val)) != FM_OK ||
         (st = fm_dataset_subset(&cd->test, &all, split.test, split.n_test)) != FM_OK)

@@ -8,6 +8,7 @@
 #include "fedmoe/rng.h"
 
 #define FM_STREAM_SPLIT 4u
+#define FM_STREAM_HOLDOUT 5u
 #define DIRICHLET_MAX_TRIES 1000
 
 void fm_partition_config_default(fm_partition_config_t *c)
@@ -234,8 +235,8 @@ void fm_partition_free(fm_partition_t *p)
     memset(p, 0, sizeof *p);
 }
 
-fm_status fm_split_make(fm_split_t *s, const uint32_t *idx, size_t n, const uint8_t *labels, int classes,
-                        uint64_t seed, int client, double test_frac, double val_frac)
+static fm_status split_stream(fm_split_t *s, const uint32_t *idx, size_t n, const uint8_t *labels, int classes,
+                              uint64_t seed, uint64_t stream, double test_frac, double val_frac)
 {
     memset(s, 0, sizeof *s);
     if (!(test_frac >= 0.0 && test_frac < 1.0 && val_frac >= 0.0 && val_frac < 1.0)) {
@@ -250,7 +251,7 @@ fm_status fm_split_make(fm_split_t *s, const uint32_t *idx, size_t n, const uint
     if (!cls || !s->train || !s->val || !s->test)
         goto out;
     fm_rng_t r;
-    fm_rng_init(&r, seed, ((uint64_t)(uint32_t)client << 16) | FM_STREAM_SPLIT);
+    fm_rng_init(&r, seed, stream);
     for (int c = 0; c < classes; c++) {
         size_t nc = 0;
         for (size_t i = 0; i < n; i++)
@@ -276,6 +277,35 @@ out:
         fm_split_free(s);
     }
     return st;
+}
+
+fm_status fm_split_make(fm_split_t *s, const uint32_t *idx, size_t n, const uint8_t *labels, int classes,
+                        uint64_t seed, int client, double test_frac, double val_frac)
+{
+    return split_stream(s, idx, n, labels, classes, seed, ((uint64_t)(uint32_t)client << 16) | FM_STREAM_SPLIT,
+                        test_frac, val_frac);
+}
+
+fm_status fm_split_holdout(fm_split_t *s, const uint8_t *labels, int classes, uint64_t seed, int client,
+                           double test_frac, double val_frac)
+{
+    size_t n = s->n_train + s->n_val;
+    uint32_t *rest = malloc(sizeof(uint32_t) * (n ? n : 1));
+    if (!rest) {
+        fm_error_set("split: out of memory");
+        return FM_ERR_NOMEM;
+    }
+    memcpy(rest, s->train, sizeof(uint32_t) * s->n_train);
+    memcpy(rest + s->n_train, s->val, sizeof(uint32_t) * s->n_val);
+    fm_split_t again;
+    fm_status st = split_stream(&again, rest, n, labels, classes, seed,
+                                ((uint64_t)(uint32_t)client << 16) | FM_STREAM_HOLDOUT, test_frac, val_frac);
+    free(rest);
+    if (st != FM_OK)
+        return st;
+    fm_split_free(s);
+    *s = again;
+    return FM_OK;
 }
 
 void fm_split_free(fm_split_t *s)

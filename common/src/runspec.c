@@ -152,6 +152,7 @@ static void spec_to_pb(const fm_run_spec_t *s, Fedmoe__ModelSpec *m, Fedmoe__Tra
     d->classes_per_client = (uint32_t)s->part.classes_per_client;
     d->min_samples = (uint32_t)s->part.min_samples;
     d->partition_count = (uint32_t)s->partition_count;
+    d->holdout = s->holdout;
 }
 
 void fm_run_spec_welcome(const fm_run_spec_t *s, const char *run_id, int32_t partition, uint32_t round,
@@ -248,6 +249,7 @@ fm_status fm_run_spec_from_welcome(fm_run_spec_t *s, const Fedmoe__Welcome *w, i
     s->part.classes_per_client = CAP_INT(d->classes_per_client, 256);
     s->part.min_samples = d->min_samples;
     s->partition_count = CAP_INT(d->partition_count, 100000);
+    s->holdout = d->holdout;
     fm_status st = fm_run_spec_finish(s);
     if (st == FM_OK && !(w->strategy && (c->gating == m->gating))) {
         fm_error_set("gating %d does not follow strategy %s", m->gating, w->strategy);
@@ -262,7 +264,7 @@ size_t fm_run_spec_json(const fm_run_spec_t *s, char *buf, size_t cap)
     int n = snprintf(
         buf, cap,
         "{\"strategy\":\"%s\",\"seed\":%llu,\"dataset\":\"%s\",\"partition\":{\"scheme\":\"%s\",\"alpha\":%g,"
-        "\"classes_per_client\":%d,\"min_samples\":%zu,\"count\":%d},"
+        "\"classes_per_client\":%d,\"min_samples\":%zu,\"count\":%d,\"holdout\":%s},"
         "\"model\":{\"stem\":\"%s\",\"in_dim\":%d,\"classes\":%d,\"d\":%d,\"blocks\":%d,\"generalists\":%d,"
         "\"specialists\":%d,\"ffn_hidden\":%d,\"top_k\":%d,\"lb_weight\":%g,\"generalist_importance\":%g,"
         "\"prompt_len\":%d,\"prompt_dim\":%d,\"text_hidden\":%d,\"heads\":%d,\"max_nonlocal\":%d,"
@@ -270,7 +272,7 @@ size_t fm_run_spec_json(const fm_run_spec_t *s, char *buf, size_t cap)
         "\"train\":{\"batch\":%d,\"expert_steps\":%d,\"router_steps\":%d,\"lr\":%g,\"router_lr\":%g,"
         "\"weight_decay\":%g,\"local_epochs\":%d,\"lb_in_upper\":%s,\"anchor\":%g,\"lr_schedule\":\"%s\"}}",
         fm_strategy_name(s->strategy), (unsigned long long)s->seed, s->dataset, scheme_name(s->part.kind),
-        s->part.alpha, s->part.classes_per_client, s->part.min_samples, s->partition_count,
+        s->part.alpha, s->part.classes_per_client, s->part.min_samples, s->partition_count, s->holdout ? "true" : "false",
         c->stem == FM_STEM_CNN ? "cnn" : "mlp", c->in_dim, c->classes, c->d, c->blocks, c->generalists,
         c->specialists, c->ffn_hidden, c->top_k, c->lb_weight, c->generalist_importance, c->prompt_len,
         c->prompt_dim, c->text_hidden, c->heads, c->max_nonlocal, c->attn_scale, c->lambda, c->tau,

@@ -5,12 +5,17 @@
 #ifndef FEDMOE_ARGS_H
 #define FEDMOE_ARGS_H
 
+#include <stdbool.h>
+
 #include "fedmoe/status.h"
 
 fm_status fm_arg_long(const char *flag, const char *s, long min, long max, long *out);
 fm_status fm_arg_int(const char *flag, const char *s, int min, int max, int *out);
 fm_status fm_arg_double(const char *flag, const char *s, double min, double max, double *out);
 fm_status fm_arg_u64(const char *flag, const char *s, unsigned long long *out);
+/* A switch: NULL (a flag given without a value) or true/yes/on/1 is true,
+ * false/no/off/0 is false (config files). */
+fm_status fm_arg_bool(const char *flag, const char *s, bool *out);
 /* "I/N" with 0 <= I < N <= max_n. */
 fm_status fm_arg_fraction(const char *flag, const char *s, int max_n, int *i, int *n);
 

@@ -5,6 +5,7 @@
 #ifndef FEDMOE_CLIENTDATA_H
 #define FEDMOE_CLIENTDATA_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "fedmoe/dataset.h"
@@ -17,6 +18,8 @@ typedef struct {
     fm_partition_config_t part;
     uint64_t seed;
     double test_frac, val_frac; /* 0.25, 0.2 */
+    bool holdout;               /* evaluate on a held-out part of train + validation,
+                                 * never loading the test split (fm_split_holdout) */
 } fm_data_spec_t;
 
 void fm_data_spec_default(fm_data_spec_t *s);

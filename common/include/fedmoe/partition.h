@@ -48,6 +48,12 @@ typedef struct {
  * test, then val_frac of the rest to validation. Drawn from (seed, client). */
 fm_status fm_split_make(fm_split_t *s, const uint32_t *idx, size_t n, const uint8_t *labels, int classes,
                         uint64_t seed, int client, double test_frac, double val_frac);
+/* For choosing settings without the test split: replaces s by a split of its
+ * train and validation examples alone, in the same proportions (test_frac of them
+ * become the held-out evaluation set), from another stream of (seed, client).
+ * s's test examples are dropped. */
+fm_status fm_split_holdout(fm_split_t *s, const uint8_t *labels, int classes, uint64_t seed, int client,
+                           double test_frac, double val_frac);
 void fm_split_free(fm_split_t *s);
 
 #endif

@@ -61,6 +61,8 @@ typedef struct {
     char dataset[256];         /* "fmnist", ... */
     fm_partition_config_t part;
     int partition_count;       /* clients the data is split over */
+    bool holdout;              /* clients evaluate on a held-out part of their train and
+                                * validation data; the test split is not used (tuning) */
 } fm_run_spec_t;
 
 /* Defaults: strategy full, seed 1, the default model / training, fmnist with
