@@ -30,6 +30,7 @@ typedef struct {
 
 typedef struct {
     const fm_session_config_t *cfg;
+    volatile sig_atomic_t *stop; /* set by a signal: leave, even mid-training */
     void *ctx, *sock;
     char run_id[64];
     fm_run_spec_t spec;
@@ -250,7 +251,12 @@ static void beat_if_due(session_t *s)
     s->last_beat = now;
 }
 
-static void on_progress(void *user) { beat_if_due(user); }
+static bool on_progress(void *user)
+{
+    session_t *s = user;
+    beat_if_due(s);
+    return !*s->stop;
+}
 
 static fm_status handle_welcome(session_t *s, const Fedmoe__Welcome *w)
 {
@@ -378,6 +384,11 @@ static fm_status handle_task(session_t *s, const Fedmoe__Task *t)
     fm_eval_t ev, vv = {0};
     double t0 = fm_clock_seconds();
     fm_status st = fm_trainer_run(s->trainer, &s->data.train, &s->data.val, s->spec.local_epochs, &ts);
+    if (st == FM_ERR_STATE && *s->stop) {
+        /* the state file keeps the last finished round; a restart trains this one again */
+        fm_info("round %u abandoned: stopping", t->round);
+        return FM_OK;
+    }
     if (st == FM_OK)
         st = fm_evaluate(s->model, &s->data.test, &ev);
     if (st == FM_OK && s->data.val.n > 0)
@@ -433,6 +444,7 @@ fm_status fm_session_run(const fm_session_config_t *cfg, volatile sig_atomic_t *
 {
     session_t s = {0};
     s.cfg = cfg;
+    s.stop = stop;
     s.pre.round = -1;
     s.partition = cfg->partition_index;
     fm_status st = FM_OK;

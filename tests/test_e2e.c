@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -414,34 +415,57 @@ static Fedmoe__Envelope *router_expect(void *sock, char id[64], int kind)
 
 /* A real fedmoe-client against a fake coordinator: a task whose lr_scale is out
  * of range gets BAD_VALUE and trains nothing; a good one is trained and answered. */
-static void test_client_checks_tasks(void **state)
+/* A real client, id c1, welcomed by a fake coordinator on sock into a run of spec
+ * (partition 3); returns once the client has its data (its second Hello). */
+static pid_t fake_coordinated_client(void *sock, const char *name, const fm_run_spec_t *spec)
 {
-    (void)state;
-    void *ctx = zmq_ctx_new(), *sock = zmq_socket(ctx, ZMQ_ROUTER);
-    assert_int_equal(zmq_bind(sock, "tcp://127.0.0.1:*"), 0);
     char ep[256], wd[512], log[600], id[64];
     size_t eplen = sizeof ep;
     zmq_getsockopt(sock, ZMQ_LAST_ENDPOINT, ep, &eplen);
-    snprintf(wd, sizeof wd, "%s/fakecoord", dir);
+    snprintf(wd, sizeof wd, "%s/%s", dir, name);
     snprintf(log, sizeof log, "%s.log", wd);
     char *argv[] = {BIN("client/fedmoe-client"), "--connect", ep, "--id", "c1", "--state-dir", wd, NULL};
     pid_t pid = procs_spawn(argv, log);
     Fedmoe__Envelope *e = router_expect(sock, id, FEDMOE__ENVELOPE__BODY_HELLO);
     assert_string_equal(id, "c1");
     fedmoe__envelope__free_unpacked(e, NULL);
-    fm_run_spec_t spec;
-    fm_run_spec_default(&spec);
-    spec.strategy = FM_STRATEGY_LOCAL;
-    assert_int_equal(fm_run_spec_finish(&spec), FM_OK);
     Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
     fm_welcome_pb_t w;
-    fm_run_spec_welcome(&spec, "run-fake", 3, 1, &w);
+    fm_run_spec_welcome(spec, "run-fake", 3, 1, &w);
     env.body_case = FEDMOE__ENVELOPE__BODY_WELCOME;
     env.welcome = &w.welcome;
     assert_int_equal(fm_wire_send(sock, "c1", &env), FM_OK);
     e = router_expect(sock, id, FEDMOE__ENVELOPE__BODY_HELLO); /* again, with its sample counts */
     assert_true(e->hello->train_samples > 0);
     fedmoe__envelope__free_unpacked(e, NULL);
+    return pid;
+}
+
+static void *router_on_loopback(void *ctx)
+{
+    void *sock = zmq_socket(ctx, ZMQ_ROUTER);
+    assert_int_equal(zmq_bind(sock, "tcp://127.0.0.1:*"), 0);
+    return sock;
+}
+
+static void router_close(void *sock)
+{
+    int linger = 0;
+    zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_close(sock);
+}
+
+static void test_client_checks_tasks(void **state)
+{
+    (void)state;
+    void *ctx = zmq_ctx_new(), *sock = router_on_loopback(ctx);
+    char id[64];
+    fm_run_spec_t spec;
+    fm_run_spec_default(&spec);
+    spec.strategy = FM_STRATEGY_LOCAL;
+    assert_int_equal(fm_run_spec_finish(&spec), FM_OK);
+    pid_t pid = fake_coordinated_client(sock, "fakecoord", &spec);
+    Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT, *e;
     const float bad[] = {-1.0f, NAN, INFINITY, 11.0f};
     Fedmoe__Task task = FEDMOE__TASK__INIT;
     task.round = 1;
@@ -467,9 +491,62 @@ static void test_client_checks_tasks(void **state)
     env.shutdown = &sd;
     assert_int_equal(fm_wire_send(sock, "c1", &env), FM_OK);
     assert_int_equal(procs_wait(pid, 30), 0);
-    int linger = 0;
-    zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
-    zmq_close(sock);
+    router_close(sock);
+    zmq_ctx_term(ctx);
+}
+
+/* SIGTERM while a long local step runs: the client leaves within seconds, with
+ * status 0, sends no update, and writes no state for the unfinished round. */
+static void test_client_stops_mid_training(void **state)
+{
+    (void)state;
+    void *ctx = zmq_ctx_new(), *sock = router_on_loopback(ctx);
+    char id[64], path[600];
+    fm_run_spec_t spec;
+    fm_run_spec_default(&spec);
+    spec.strategy = FM_STRATEGY_LOCAL;
+    spec.local_epochs = 1000; /* minutes of training */
+    assert_int_equal(fm_run_spec_finish(&spec), FM_OK);
+    snprintf(path, sizeof path, "%s/stopme", dir);
+    assert_int_equal(mkdir(path, 0755), 0); /* so that a state file could be written */
+    pid_t pid = fake_coordinated_client(sock, "stopme", &spec);
+    Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT, *e;
+    Fedmoe__Task task = FEDMOE__TASK__INIT;
+    task.round = 1;
+    env.body_case = FEDMOE__ENVELOPE__BODY_TASK;
+    env.task = &task;
+    assert_int_equal(fm_wire_send(sock, "c1", &env), FM_OK);
+    for (int beats = 0; beats < 2; beats++) { /* heartbeats come from inside the local step */
+        e = router_expect(sock, id, FEDMOE__ENVELOPE__BODY_HEARTBEAT);
+        fedmoe__envelope__free_unpacked(e, NULL);
+    }
+    double t0 = fm_clock_seconds();
+    kill(pid, SIGTERM);
+    assert_int_equal(procs_wait(pid, 10), 0);
+    assert_true(fm_clock_seconds() - t0 < 5.0);
+    int timeout = 200;
+    zmq_setsockopt(sock, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
+    for (;;) { /* whatever it sent before leaving: no update among it */
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        int got = zmq_msg_recv(&m, sock, 0);
+        if (got >= 0 && !zmq_msg_more(&m)) {
+            Fedmoe__Envelope *left = NULL;
+            if (fm_wire_decode(zmq_msg_data(&m), zmq_msg_size(&m), 1u << 30, &left) == FM_OK) {
+                assert_int_not_equal(left->body_case, FEDMOE__ENVELOPE__BODY_UPDATE);
+                fedmoe__envelope__free_unpacked(left, NULL);
+            }
+        }
+        zmq_msg_close(&m);
+        if (got < 0)
+            break;
+    }
+    char cmd[700], *out;
+    snprintf(cmd, sizeof cmd, "ls -A %s", path);
+    assert_int_equal(procs_capture(cmd, &out), 0);
+    assert_string_equal(out, ""); /* no state file: no round finished */
+    free(out);
+    router_close(sock);
     zmq_ctx_term(ctx);
 }
 
@@ -612,6 +689,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_store_upgrades_old_database),
         cmocka_unit_test(test_client_checks_tasks),
+        cmocka_unit_test(test_client_stops_mid_training),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_coordinator_average_any_order),
         cmocka_unit_test(test_sim_and_history),

@@ -17,7 +17,7 @@ struct fm_trainer {
     fm_rng_t rng;
     long steps[2];     /* AdamW step counts: lower, upper */
     float lr_scale;    /* schedule multiplier on both learning rates */
-    void (*progress)(void *user);
+    bool (*progress)(void *user);
     void *progress_user;
     int progress_every;
     float *x;          /* (batch, dim) */
@@ -91,7 +91,7 @@ float fm_lr_cosine(int step, int total, float min_scale)
 
 fm_rng_t *fm_trainer_rng(fm_trainer_t *t) { return &t->rng; }
 
-void fm_trainer_set_progress(fm_trainer_t *t, void (*fn)(void *user), void *user, int every)
+void fm_trainer_set_progress(fm_trainer_t *t, bool (*fn)(void *user), void *user, int every)
 {
     t->progress = fn;
     t->progress_user = user;
@@ -213,8 +213,10 @@ fm_status fm_trainer_run(fm_trainer_t *t, const fm_dataset_t *train, const fm_da
             lsum += fm_trainer_step(t, FM_LEVEL_LOWER, t->x, t->y, B);
             lcount++;
             out->samples += B;
-            if (t->progress && lcount % t->progress_every == 0)
-                t->progress(t->progress_user);
+            if (t->progress && lcount % t->progress_every == 0 && !t->progress(t->progress_user)) {
+                fm_error_set("training stopped after %ld steps", lcount);
+                return FM_ERR_STATE;
+            }
             if (upper && ++since_upper == t->cfg.expert_steps) {
                 since_upper = 0;
                 upper_steps(t, val, t->cfg.router_steps, &vsum, &vcount);

@@ -60,8 +60,10 @@ float fm_lr_cosine(int step, int total, float min_scale);
 /* The trainer's shuffling generator, to save and restore with the model state. */
 fm_rng_t *fm_trainer_rng(fm_trainer_t *t);
 /* Called every `every` lower-level steps during fm_trainer_run (e.g. to send a
- * heartbeat while a long local step runs); NULL to clear. */
-void fm_trainer_set_progress(fm_trainer_t *t, void (*fn)(void *user), void *user, int every);
+ * heartbeat while a long local step runs); NULL to clear. When it returns false,
+ * fm_trainer_run stops there and returns FM_ERR_STATE ("training stopped"), the
+ * model part-way through the pass (a client being shut down). */
+void fm_trainer_set_progress(fm_trainer_t *t, bool (*fn)(void *user), void *user, int every);
 /* Sets the AdamW step counts (restoring a saved state). */
 void fm_trainer_set_steps(fm_trainer_t *t, long lower, long upper);
 /* AdamW step counts of the two levels. */
