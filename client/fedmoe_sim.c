@@ -57,7 +57,7 @@ static void usage(FILE *f)
             "  --batch B             clients' batch size (default 32)\n"
             "  --weight-decay W      AdamW weight decay of the experts' matrices (default 1e-4)\n"
             "  --anchor A            pull of local specialists toward the generalist, per unit lr\n"
-            "                        (local, comigs, full; default 0)\n"
+            "                        (local, comigs, full; default 20)\n"
             "  --dataset SPEC        fmnist (default), fmnist:DIR, idx:IMAGES,LABELS or csv:PATH\n"
             "  --round-timeout S     seconds a round waits for updates (default 600)\n"
             "  --port P              loopback port of the coordinator (default: a free one)\n"

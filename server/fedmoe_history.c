@@ -18,6 +18,7 @@ static void usage(FILE *f)
             "\n"
             "commands:\n"
             "  runs                          every run: id, strategy, status, rounds, final accuracy\n"
+            "                                (marked h: a --holdout run, scored on held-out train data)\n"
             "  rounds [RUN]                  the rounds of a run (default: the latest run)\n"
             "  clients ROUND [RUN]           the clients of one round\n"
             "  export [--format csv|json] [--table rounds|clients] [RUN]\n"
@@ -49,6 +50,10 @@ static int pick_run(fm_store_t *st, const char *arg, fm_run_row_t *run)
     return 0;
 }
 
+/* A tuning run (--holdout): its test columns hold the held-out part of the
+ * clients' train and validation data. */
+static bool is_holdout(const fm_run_row_t *r) { return r->config && strstr(r->config, "\"holdout\":true") != NULL; }
+
 static int cmd_runs(fm_store_t *st)
 {
     fm_run_row_t *runs;
@@ -71,8 +76,9 @@ static int cmd_runs(fm_store_t *st)
             printf("%-28s %-9s %-9s %6llu %14s %10s  %s\n", runs[i].id, runs[i].strategy, runs[i].status,
                    (unsigned long long)runs[i].seed, rounds, "-", runs[i].started_at);
         else
-            printf("%-28s %-9s %-9s %6llu %14s %9.2f%%  %s\n", runs[i].id, runs[i].strategy, runs[i].status,
-                   (unsigned long long)runs[i].seed, rounds, 100.0 * acc, runs[i].started_at);
+            printf("%-28s %-9s %-9s %6llu %14s %9.2f%%%s %s\n", runs[i].id, runs[i].strategy, runs[i].status,
+                   (unsigned long long)runs[i].seed, rounds, 100.0 * acc, is_holdout(&runs[i]) ? "h" : " ",
+                   runs[i].started_at);
         fm_store_run_clear(&runs[i]);
     }
     free(runs);
@@ -90,7 +96,8 @@ static int cmd_rounds(fm_store_t *st, const char *arg)
         fm_store_run_clear(&run);
         return fail();
     }
-    printf("run %s (%s, %s, %d/%d rounds)\n", run.id, run.strategy, run.status, run.rounds_done, run.rounds_planned);
+    printf("run %s (%s, %s, %d/%d rounds)%s\n", run.id, run.strategy, run.status, run.rounds_done, run.rounds_planned,
+           is_holdout(&run) ? "; holdout run: test_loss and test_acc are on held-out train/validation data" : "");
     printf("%5s %8s %9s %7s %10s %9s %9s %9s %10s %10s %8s\n", "round", "selected", "completed", "dropped",
            "train_loss", "test_loss", "test_acc", "val_acc", "bytes_up", "bytes_down", "seconds");
     for (int i = 0; i < n; i++)

@@ -59,7 +59,7 @@ static void usage(FILE *f)
             "  --weight-decay W      AdamW weight decay of the lower level's matrices (default 1e-4)\n"
             "  --anchor A            after each expert step, specialists move lr x A of the way toward\n"
             "                        their block's mean generalist, where specialists stay local\n"
-            "                        (local, comigs, full); 0 turns it off (default 0)\n"
+            "                        (local, comigs, full); 0 turns it off (default 20)\n"
             "  --max-message BYTES   largest message accepted (default: twice the model, plus 1 MiB)\n"
             "  -v, --verbose         debug logging\n"
             "  -h, --help            this text\n");
