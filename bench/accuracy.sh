@@ -2,7 +2,8 @@
 # The accuracy benchmark of issue 3: the five strategies with the same seed on
 # Fashion-MNIST, 20 clients, full participation, in PFLlib's two settings
 # (Dirichlet 0.1 and pathological 2 classes per client), R rounds each.
-# Writes OUT/accuracy.db, OUT/summary-<setting>.txt and one SVG plot per setting.
+# Writes OUT/accuracy.db, OUT/summary-<setting>.txt, one SVG plot per setting and
+# OUT/machine.txt (commit, CPU, start time, flags).
 #   bench/accuracy.sh [ROUNDS=100] [OUT=bench-results] [extra fedmoe-sim flags...]
 # Environment: BUILD (default build), SETTINGS (default "dirichlet-0.1 pathological-2"),
 #              STRATEGIES (default "local fedavg comigs pfedmoap full").
@@ -16,6 +17,12 @@ shift $(( $# > 2 ? 2 : $# )) || true
 settings=${SETTINGS:-dirichlet-0.1 pathological-2}
 strategies=${STRATEGIES:-local fedavg comigs pfedmoap full}
 mkdir -p "$out"
+# Where and with what the numbers were made: runs are bit-repeatable on one machine
+# kind, so the commit and the CPU are part of a result.
+{ echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- 2>/dev/null || echo ' (with uncommitted changes)')"
+  echo "cpu $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), family $(grep -m1 '^cpu family' /proc/cpuinfo | awk '{print $NF}') model $(grep -m1 '^model[[:space:]]*:' /proc/cpuinfo | awk '{print $NF}'), $(nproc) cores"
+  echo "started $(date -u '+%Y-%m-%d %H:%M UTC'), flags: $*"
+} > "$out/machine.txt"
 db="$out/accuracy.db"
 build=${BUILD:-build}
 sim=$build/client/fedmoe-sim
