@@ -20,7 +20,8 @@ mkdir -p "$out"
 # Where and with what the numbers were made: runs are bit-repeatable on one machine
 # kind, so the commit and the CPU are part of a result.
 { echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- 2>/dev/null || echo ' (with uncommitted changes)')"
-  echo "cpu $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), family $(grep -m1 '^cpu family' /proc/cpuinfo | awk '{print $NF}') model $(grep -m1 '^model[[:space:]]*:' /proc/cpuinfo | awk '{print $NF}'), $(nproc) cores"
+  awk -F': *' -v n="$(nproc)" '/^model name/ {m = $2} /^cpu family/ {f = $2} /^model[[:space:]]*:/ {d = $2}
+      /^$/ {exit} END {printf "cpu %s, family %s model %s, %s cores\n", m, f, d, n}' /proc/cpuinfo
   echo "started $(date -u '+%Y-%m-%d %H:%M UTC'), flags: $*"
 } > "$out/machine.txt"
 db="$out/accuracy.db"
