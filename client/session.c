@@ -1,6 +1,7 @@
 #include "session.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,18 +9,20 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "fedmoe/checkpoint.h"
 #include "fedmoe/clientdata.h"
+#include "fedmoe/exchange.h"
 #include "fedmoe/clock.h"
 #include "fedmoe/log.h"
 #include "fedmoe/rng.h"
 #include "fedmoe/runspec.h"
+#include "fedmoe/runspec_wire.h"
 #include "fedmoe/train.h"
 #include "fedmoe/wire.h"
 
 #define HELLO_RETRY_S 3.0
 #define HEARTBEAT_S 1.0
-#define STATE_MAGIC 0x53434D46u /* "FMCS" */
-#define STATE_VERSION 1u
+#define STATE_VERSION 2u /* 1: the unframed layout before fedmoe/checkpoint.h */
 
 typedef struct {
     int round;              /* -1: empty */
@@ -39,8 +42,8 @@ typedef struct {
     bool have_data;
     fm_model_t *model;
     fm_trainer_t *trainer;
+    fm_exchange_dims_t dims;
     float *vec;             /* federated vector scratch */
-    size_t nvec, nprompt;
     int last_round;         /* last round trained (0: none) */
     snapshot_t pre;         /* the state from before round pre.round (= last_round) */
     double last_beat;
@@ -126,64 +129,112 @@ static void snap_restore(session_t *s, const snapshot_t *n)
     *fm_trainer_rng(s->trainer) = n->rng;
 }
 
-static bool snap_write(FILE *f, session_t *s, const snapshot_t *n)
+static void put_snapshot(fm_ckpt_writer_t *w, session_t *s, const snapshot_t *n)
 {
     fm_params_t *ps = fm_model_params(s->model);
-    int32_t round = n->round;
-    bool ok = fwrite(&round, 4, 1, f) == 1 && fwrite(n->steps, sizeof n->steps, 1, f) == 1 &&
-              fwrite(&n->rng, sizeof n->rng, 1, f) == 1;
-    for (int g = 0; g < FM_GROUP_COUNT && ok; g++) {
-        uint64_t sz = ps->groups[g].size;
-        ok = fwrite(&sz, 8, 1, f) == 1;
-        for (int k = 0; k < 3 && ok; k++)
-            ok = fwrite(n->a[g][k], 4, sz, f) == sz;
+    fm_ckpt_put_u32(w, (uint32_t)n->round);
+    fm_ckpt_put_u64(w, (uint64_t)n->steps[0]);
+    fm_ckpt_put_u64(w, (uint64_t)n->steps[1]);
+    fm_ckpt_put_u32(w, n->rng.key[0]);
+    fm_ckpt_put_u32(w, n->rng.key[1]);
+    fm_ckpt_put_u64(w, n->rng.stream);
+    fm_ckpt_put_u64(w, n->rng.counter);
+    for (int i = 0; i < 4; i++)
+        fm_ckpt_put_u32(w, n->rng.buf[i]);
+    fm_ckpt_put_u32(w, (uint32_t)n->rng.used);
+    for (int g = 0; g < FM_GROUP_COUNT; g++) {
+        fm_ckpt_put_u64(w, ps->groups[g].size);
+        for (int k = 0; k < 3; k++)
+            fm_ckpt_put_floats(w, n->a[g][k], ps->groups[g].size);
     }
-    return ok;
 }
 
-static bool snap_read(FILE *f, session_t *s, snapshot_t *n)
+/* Reads a snapshot of this model's layout; every value must be finite. */
+static bool get_snapshot(fm_ckpt_reader_t *r, session_t *s, snapshot_t *n)
 {
     fm_params_t *ps = fm_model_params(s->model);
-    int32_t round;
-    bool ok = fread(&round, 4, 1, f) == 1 && fread(n->steps, sizeof n->steps, 1, f) == 1 &&
-              fread(&n->rng, sizeof n->rng, 1, f) == 1;
+    uint32_t round, used, k0, k1;
+    uint64_t steps[2];
+    bool ok = fm_ckpt_get_u32(r, &round) && round < (1u << 30) && fm_ckpt_get_u64(r, &steps[0]) &&
+              fm_ckpt_get_u64(r, &steps[1]) && steps[0] < (1ull << 50) && steps[1] < (1ull << 50) &&
+              fm_ckpt_get_u32(r, &k0) && fm_ckpt_get_u32(r, &k1) && fm_ckpt_get_u64(r, &n->rng.stream) &&
+              fm_ckpt_get_u64(r, &n->rng.counter);
+    for (int i = 0; ok && i < 4; i++)
+        ok = fm_ckpt_get_u32(r, &n->rng.buf[i]);
+    ok = ok && fm_ckpt_get_u32(r, &used) && used <= 4;
     for (int g = 0; g < FM_GROUP_COUNT && ok; g++) {
         uint64_t sz;
-        ok = fread(&sz, 8, 1, f) == 1 && sz == ps->groups[g].size;
-        for (int k = 0; k < 3 && ok; k++)
-            ok = (n->a[g][k] || (n->a[g][k] = malloc(4 * (sz ? sz : 1)))) && fread(n->a[g][k], 4, sz, f) == sz;
+        ok = fm_ckpt_get_u64(r, &sz) && sz == ps->groups[g].size;
+        for (int k = 0; k < 3 && ok; k++) {
+            ok = (n->a[g][k] || (n->a[g][k] = malloc(4 * (sz ? sz : 1)))) && fm_ckpt_get_floats(r, n->a[g][k], sz);
+            for (uint64_t i = 0; ok && i < sz; i++)
+                ok = isfinite(n->a[g][k][i]);
+        }
     }
-    n->round = round;
+    n->round = (int)round;
+    n->steps[0] = (int64_t)steps[0];
+    n->steps[1] = (int64_t)steps[1];
+    n->rng.key[0] = k0;
+    n->rng.key[1] = k1;
+    n->rng.used = (int)used;
     return ok;
 }
 
-/* The state file holds the state after the last trained round and the state from
- * before it, so a round the coordinator sends again is trained from the same
- * starting point. Written to a temporary file and renamed. */
+/* The most a state file of this model can hold: two snapshots and framing. */
+static size_t state_bound(session_t *s)
+{
+    return 2 * (12 * fm_params_total(fm_model_params(s->model)) + 4096) + FM_CKPT_OVERHEAD;
+}
+
+/* The state file (fedmoe/checkpoint.h format, magic FMCS) holds the state after
+ * the last trained round and the state from before it, so a round the
+ * coordinator sends again is trained from the same starting point. */
 static void save_state(session_t *s)
 {
     if (!s->cfg->state_dir[0])
         return;
-    char path[1200], tmp[1210];
+    char path[1200];
     state_path(s, path, sizeof path);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        fm_warn("cannot write %s: %s", tmp, strerror(errno));
-        return;
-    }
     snapshot_t now = {.round = s->last_round};
+    fm_ckpt_writer_t w;
+    fm_ckpt_begin(&w, FM_CKPT_MAGIC_CLIENT, STATE_VERSION);
     bool ok = snap_take(s, &now, s->last_round) == FM_OK;
-    uint32_t hdr[2] = {STATE_MAGIC, STATE_VERSION};
-    uint8_t has_pre = s->pre.round >= 0;
-    ok = ok && fwrite(hdr, sizeof hdr, 1, f) == 1 && snap_write(f, s, &now) && fwrite(&has_pre, 1, 1, f) == 1 &&
-         (!has_pre || snap_write(f, s, &s->pre));
-    snap_free(&now);
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        fm_warn("cannot write %s", path);
-        unlink(tmp);
+    if (ok) {
+        put_snapshot(&w, s, &now);
+        fm_ckpt_put_u8(&w, s->pre.round >= 0);
+        if (s->pre.round >= 0)
+            put_snapshot(&w, s, &s->pre);
     }
+    snap_free(&now);
+    uint8_t *blob = NULL;
+    size_t len = 0;
+    if (!ok) {
+        fm_ckpt_abandon(&w);
+        fm_warn("cannot write %s: out of memory", path);
+    } else if (fm_ckpt_finish(&w, &blob, &len) != FM_OK || fm_ckpt_write_file(path, blob, len) != FM_OK) {
+        fm_warn("%s", fm_error_last());
+    }
+    free(blob);
+}
+
+static fm_status read_state(session_t *s, const char *path, snapshot_t *now, snapshot_t *pre)
+{
+    uint8_t *blob = NULL;
+    size_t len = 0;
+    fm_ckpt_reader_t r;
+    fm_status st = fm_ckpt_read_file(path, state_bound(s), &blob, &len);
+    if (st == FM_OK)
+        st = fm_ckpt_open(&r, blob, len, FM_CKPT_MAGIC_CLIENT, STATE_VERSION, "client state");
+    if (st == FM_OK) {
+        uint8_t has_pre = 0;
+        bool ok = get_snapshot(&r, s, now) && fm_ckpt_get_u8(&r, &has_pre) && has_pre <= 1 &&
+                  (!has_pre || get_snapshot(&r, s, pre));
+        st = ok ? fm_ckpt_close(&r, "client state") : FM_ERR_FORMAT;
+        if (!ok)
+            fm_error_set("client state: fields missing, out of range or not finite");
+    }
+    free(blob);
+    return st;
 }
 
 static void load_state(session_t *s)
@@ -192,28 +243,19 @@ static void load_state(session_t *s)
         return;
     char path[1200];
     state_path(s, path, sizeof path);
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    if (access(path, F_OK) != 0)
         return;
-    uint32_t hdr[2];
     snapshot_t now = {.round = -1}, pre = {.round = -1};
-    uint8_t has_pre = 0;
-    bool ok = fread(hdr, sizeof hdr, 1, f) == 1 && hdr[0] == STATE_MAGIC && hdr[1] == STATE_VERSION &&
-              snap_read(f, s, &now) && fread(&has_pre, 1, 1, f) == 1 && (!has_pre || snap_read(f, s, &pre)) &&
-              fgetc(f) == EOF;
-    fclose(f);
-    if (ok) {
+    if (read_state(s, path, &now, &pre) == FM_OK) {
         snap_restore(s, &now);
         s->last_round = now.round;
         snap_free(&s->pre);
         s->pre = pre;
+        memset(&pre, 0, sizeof pre);
         pre.round = -1;
-        for (int g = 0; g < FM_GROUP_COUNT; g++)
-            for (int k = 0; k < 3; k++)
-                pre.a[g][k] = NULL;
         fm_info("restored local state after round %d from %s", s->last_round, path);
     } else {
-        fm_warn("%s is not a usable state file for this run; starting fresh", path);
+        fm_warn("%s is not a usable state file for this run (%s); starting fresh", path, fm_error_last());
     }
     snap_free(&now);
     snap_free(&pre);
@@ -302,9 +344,8 @@ static fm_status handle_welcome(session_t *s, const Fedmoe__Welcome *w)
         (st = fm_trainer_new(&s->trainer, s->model, &s->spec.train, s->spec.seed, stream)) != FM_OK)
         return st;
     fm_trainer_set_progress(s->trainer, on_progress, s, 10);
-    s->nvec = fm_federated_size(s->model, s->spec.strategy);
-    s->nprompt = (size_t)s->spec.model.prompt_len * s->spec.model.prompt_dim;
-    if (!(s->vec = malloc(sizeof(float) * (s->nvec + 1))))
+    s->dims = fm_exchange_dims(&s->spec, fm_federated_size(s->model, s->spec.strategy));
+    if (!(s->vec = malloc(sizeof(float) * (s->dims.nmodel + 1))))
         return FM_ERR_NOMEM;
     snprintf(s->run_id, sizeof s->run_id, "%s", w->run_id);
     load_state(s);
@@ -322,120 +363,102 @@ static void reply_error(session_t *s, fm_wire_code code, const char *text)
     fm_wire_send_error(s->sock, NULL, code, text);
 }
 
+/* The local prompt's weights (the model always has one). */
+static float *model_prompt(fm_model_t *m)
+{
+    const fm_param_t *p = fm_params_find(fm_model_params(m), "prompt");
+    return p ? p->view->w : NULL;
+}
+
+/* Restores, before training round `round`, the state it must start from:
+ * exactly once, a round sent again (the coordinator lost it, or this client was
+ * restarted) is trained again from the state before it. */
+static fm_status start_round(session_t *s, int round)
+{
+    if (round == s->last_round && s->pre.round == round) {
+        fm_info("round %d again: restoring the state from before it", round);
+        snap_restore(s, &s->pre);
+        return FM_OK;
+    }
+    if (round <= s->last_round) {
+        fm_warn("round %d is older than the last trained round %d; training from the current state", round,
+                s->last_round);
+        return FM_OK;
+    }
+    return snap_take(s, &s->pre, round);
+}
+
+/* Evaluates, then uploads the round's result. */
+static fm_status upload(session_t *s, uint32_t round, const fm_train_stats_t *ts, double t0)
+{
+    fm_eval_t ev, vv = {0};
+    fm_status st = fm_evaluate(s->model, &s->data.test, &ev);
+    if (st == FM_OK && s->data.val.n > 0)
+        st = fm_evaluate(s->model, &s->data.val, &vv);
+    if (st != FM_OK)
+        return st;
+    fm_update_t u = {.round = round, .train_samples = s->data.train.n, .prompt = model_prompt(s->model)};
+    u.metrics = (fm_metrics_t){.train_loss = ts->train_loss, .val_loss = ts->val_loss, .test_loss = ev.loss,
+                               .test_accuracy = ev.accuracy, .generalist_share = ev.generalist_share,
+                               .test_samples = ev.n, .test_correct = ev.correct, .val_samples = vv.n,
+                               .val_correct = vv.correct, .seconds = fm_clock_seconds() - t0};
+    if (fm_exchange_of(s->spec.strategy).model) {
+        fm_federated_pack(s->model, s->spec.strategy, s->vec);
+        u.model = s->vec;
+    }
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    st = fm_exchange_encode_update(&s->spec, &s->dims, &u, &buf, &len);
+    if (st == FM_OK)
+        st = fm_wire_send_bytes(s->sock, NULL, buf, len);
+    free(buf);
+    if (st != FM_OK)
+        fm_warn("round %u: update not sent: %s", round, fm_error_last());
+    fm_info("round %u: train loss %.4f, test accuracy %.2f%% (%zu examples), %.1f s", round, ts->train_loss,
+            100.0 * ev.accuracy, ev.n, u.metrics.seconds);
+    return FM_OK;
+}
+
 static fm_status handle_task(session_t *s, const Fedmoe__Task *t)
 {
     if (!s->model) {
         reply_error(s, FM_WIRE_REJECTED, "task before welcome");
         return FM_OK;
     }
-    const fm_model_config_t *mc = &s->spec.model;
-    float *prompt = fm_params_find(fm_model_params(s->model), "prompt")->view->w;
     /* check everything, then apply */
-    float lr_scale = t->lr_scale == 0.0f ? 1.0f : t->lr_scale;
-    if (!(lr_scale > 0.0f && lr_scale <= 10.0f)) {
-        reply_error(s, FM_WIRE_BAD_VALUE, "task lr_scale out of range (0, 10]");
+    fm_task_in_t in;
+    fm_wire_code code;
+    if (fm_exchange_read_task(&s->spec, &s->dims, t, &in, &code) != FM_OK) {
+        if (code == FM_WIRE_OK)
+            return FM_ERR_NOMEM;
+        reply_error(s, code, fm_error_last());
         return FM_OK;
     }
-    if (s->spec.strategy != FM_STRATEGY_LOCAL &&
-        (t->n_model != 1 || fm_wire_tensor_get(t->model[0], "model", 1, (uint32_t)s->nvec, s->vec) != FM_OK)) {
-        reply_error(s, FM_WIRE_BAD_TENSOR, t->n_model != 1 ? "task without its model tensor" : fm_error_last());
-        return FM_OK;
+    fm_status st = start_round(s, (int)in.round);
+    if (st == FM_OK) {
+        if (in.model)
+            fm_federated_unpack(s->model, s->spec.strategy, in.model);
+        if (in.prompt)
+            memcpy(model_prompt(s->model), in.prompt, sizeof(float) * s->dims.nprompt);
+        st = fm_model_set_nonlocal(s->model, in.nonlocal, in.k);
+        fm_trainer_set_lr_scale(s->trainer, in.lr_scale);
     }
-    float *gp = malloc(sizeof(float) * s->nprompt), *nl = NULL;
-    int K = (int)t->n_nonlocal_prompts;
-    if (K > mc->max_nonlocal)
-        K = -1;
-    else
-        nl = malloc(sizeof(float) * s->nprompt * (K ? K : 1));
-    bool ok = gp && nl && K >= 0;
-    if (ok && fm_strategy_shares_prompt(s->spec.strategy))
-        ok = fm_wire_tensor_get(t->global_prompt, "prompt", (uint32_t)mc->prompt_len, (uint32_t)mc->prompt_dim, gp) == FM_OK;
-    for (int j = 0; ok && j < K; j++)
-        ok = fm_wire_tensor_get(t->nonlocal_prompts[j], "nonlocal", (uint32_t)mc->prompt_len, (uint32_t)mc->prompt_dim,
-                                nl + s->nprompt * j) == FM_OK;
-    if (!ok) {
-        reply_error(s, FM_WIRE_BAD_TENSOR, K < 0 ? "too many non-local prompts" : fm_error_last());
-        free(gp);
-        free(nl);
-        return FM_OK;
-    }
-    /* exactly once: a round sent again (the coordinator lost it) is trained again
-     * from the state before it, not from the state it produced */
-    if ((int)t->round == s->last_round && s->pre.round == (int)t->round) {
-        fm_info("round %u again: restoring the state from before it", t->round);
-        snap_restore(s, &s->pre);
-    } else if ((int)t->round <= s->last_round) {
-        fm_warn("round %u is older than the last trained round %d; training from the current state", t->round,
-                s->last_round);
-    } else if (snap_take(s, &s->pre, (int)t->round) != FM_OK) {
-        free(gp);
-        free(nl);
-        return FM_ERR_NOMEM;
-    }
-    if (s->spec.strategy != FM_STRATEGY_LOCAL)
-        fm_federated_unpack(s->model, s->spec.strategy, s->vec);
-    if (fm_strategy_shares_prompt(s->spec.strategy))
-        memcpy(prompt, gp, sizeof(float) * s->nprompt);
-    fm_model_set_nonlocal(s->model, nl, fm_strategy_uses_pool(s->spec.strategy) ? K : 0);
-    free(gp);
-    free(nl);
-    fm_trainer_set_lr_scale(s->trainer, lr_scale);
+    fm_exchange_task_free(&in);
+    if (st != FM_OK)
+        return st;
     fm_train_stats_t ts;
-    fm_eval_t ev, vv = {0};
     double t0 = fm_clock_seconds();
-    fm_status st = fm_trainer_run(s->trainer, &s->data.train, &s->data.val, s->spec.local_epochs, &ts);
+    st = fm_trainer_run(s->trainer, &s->data.train, &s->data.val, s->spec.local_epochs, &ts);
     if (st == FM_ERR_STATE && *s->stop) {
         /* the state file keeps the last finished round; a restart trains this one again */
         fm_info("round %u abandoned: stopping", t->round);
         return FM_OK;
     }
     if (st == FM_OK)
-        st = fm_evaluate(s->model, &s->data.test, &ev);
-    if (st == FM_OK && s->data.val.n > 0)
-        st = fm_evaluate(s->model, &s->data.val, &vv);
+        st = upload(s, t->round, &ts, t0);
     if (st != FM_OK)
         return st;
     s->last_round = (int)t->round;
-    Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
-    Fedmoe__Update up = FEDMOE__UPDATE__INIT;
-    Fedmoe__Metrics m = FEDMOE__METRICS__INIT;
-    Fedmoe__Tensor model_t, prompt_t, *list[1];
-    up.round = t->round;
-    up.train_samples = s->data.train.n;
-    m.train_loss = (float)ts.train_loss;
-    m.val_loss = (float)ts.val_loss;
-    m.test_loss = (float)ev.loss;
-    m.test_accuracy = (float)ev.accuracy;
-    m.generalist_share = (float)ev.generalist_share;
-    m.test_samples = ev.n;
-    m.test_correct = ev.correct;
-    m.val_samples = vv.n;
-    m.val_correct = vv.correct;
-    m.seconds = fm_clock_seconds() - t0;
-    up.metrics = &m;
-    bool built = true;
-    if (s->spec.strategy != FM_STRATEGY_LOCAL) {
-        fm_federated_pack(s->model, s->spec.strategy, s->vec);
-        built &= fm_wire_tensor_set(&model_t, "model", s->vec, 1, (uint32_t)s->nvec) == FM_OK;
-        list[0] = &model_t;
-        up.model = list;
-        up.n_model = 1;
-    }
-    if (fm_strategy_shares_prompt(s->spec.strategy)) {
-        built &= fm_wire_tensor_set(&prompt_t, "prompt", prompt, (uint32_t)mc->prompt_len, (uint32_t)mc->prompt_dim) == FM_OK;
-        up.prompt = &prompt_t;
-    }
-    env.body_case = FEDMOE__ENVELOPE__BODY_UPDATE;
-    env.update = &up;
-    st = built ? fm_wire_send(s->sock, NULL, &env) : FM_ERR_NOMEM;
-    if (up.n_model)
-        fm_wire_tensor_clear(&model_t);
-    if (up.prompt)
-        fm_wire_tensor_clear(&prompt_t);
-    if (st != FM_OK)
-        fm_warn("round %u: update not sent: %s", t->round, fm_error_last());
-    fm_info("round %u: train loss %.4f, test accuracy %.2f%% (%zu examples), %.1f s", t->round, ts.train_loss,
-            100.0 * ev.accuracy, ev.n, m.seconds);
     save_state(s);
     return FM_OK;
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "fedmoe/runspec.h"
+#include "fedmoe/runspec_wire.h"
 #include "fedmoe/wire.h"
 
 #define MAX_MESSAGE (1u << 20)

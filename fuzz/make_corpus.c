@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "fedmoe/runspec.h"
+#include "fedmoe/runspec_wire.h"
 #include "fedmoe/wire.h"
 
 static void write_env(const char *dir, const char *name, Fedmoe__Envelope *env)

@@ -1,17 +1,21 @@
-/* coordinator.h - the coordinator daemon's core: one thread, one ROUTER socket,
- * one zmq_poll loop with timers (DESIGN sections 4, 6, 7).
+/* coordinator.h - the coordinator (DESIGN sections 4, 6, 7): an object that takes
+ * messages and clock ticks and answers through a send callback, and the daemon
+ * loop that drives it from a ZeroMQ ROUTER socket.
  *
- * It registers clients (Hello / Welcome, assigning partitions), runs rounds
- * (selection, tasks, deadline and quorum), aggregates as updates arrive (exact,
+ * The object registers clients (Hello / Welcome, partitions; registry.h), runs
+ * rounds through the round state machine (round.h: selection, tasks, deadline,
+ * capped extensions, quorum), aggregates updates as they arrive (exact,
  * order-independent), keeps the prompt pool and picks each client's K nearest
  * prompts, and commits every round to the SQLite log with a checkpoint. Given a
- * database whose latest run is unfinished, it resumes that run. */
+ * database whose latest run is unfinished, it resumes that run. It reads no
+ * clock and owns no socket: tests drive it in-process with a fake clock. */
 #ifndef FEDMOE_COORDINATOR_H
 #define FEDMOE_COORDINATOR_H
 
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "fedmoe/runspec.h"
 #include "fedmoe/status.h"
@@ -31,12 +35,46 @@ typedef struct {
 
 void fm_server_config_default(fm_server_config_t *c);
 
-/* Runs until the run's rounds are done (FM_OK), *stop becomes non-zero (FM_OK,
- * the run left resumable), or a fatal error (database, socket) with a reason. */
+typedef struct fm_coordinator fm_coordinator_t;
+
+/* How the coordinator sends: one encoded message to client id. Delivery is best
+ * effort (a lost message is recovered by the protocol). */
+typedef fm_status (*fm_coordinator_send_fn)(void *user, const char *id, const uint8_t *data, size_t len);
+
+/* Opens the database, starts a new run or resumes the latest unfinished one.
+ * cfg is copied. Caller destroys the coordinator. FM_ERR_ARG with a reason for a
+ * configuration the user can fix. */
+fm_status fm_coordinator_new(fm_coordinator_t **out, const fm_server_config_t *cfg, fm_coordinator_send_fn send,
+                             void *user);
+/* Closes the database (the run stays as last marked). Safe on NULL. */
+void fm_coordinator_destroy(fm_coordinator_t **c);
+
+/* One message of len bytes from client id (a valid id, fm_wire_valid_id) at time
+ * now (monotonic seconds). Bad messages get an Error reply; nothing is fatal. */
+void fm_coordinator_handle(fm_coordinator_t *c, const char *id, const uint8_t *data, size_t len, double now);
+/* Time-driven work: clients gone silent, the round's deadline, starting the next
+ * round, finishing the run. Returns FM_OK, or a fatal error (the database). */
+fm_status fm_coordinator_tick(fm_coordinator_t *c, double now);
+/* Seconds until tick has timed work to do (at most max_wait). */
+double fm_coordinator_wait(const fm_coordinator_t *c, double now, double max_wait);
+/* Whether every planned round is committed (the run is marked finished). */
+bool fm_coordinator_finished(const fm_coordinator_t *c);
+/* Leaves the run resumable (marked stopped) and tells clients to shut down. */
+fm_status fm_coordinator_stop(fm_coordinator_t *c);
+
+/* Read-outs for the driver and tests. */
+const char *fm_coordinator_run_id(const fm_coordinator_t *c);
+int fm_coordinator_round(const fm_coordinator_t *c); /* the round open, or the next one */
+bool fm_coordinator_round_open(const fm_coordinator_t *c);
+size_t fm_coordinator_max_message(const fm_coordinator_t *c);
+
+/* The daemon: binds cfg->bind and drives a coordinator until its rounds are done
+ * (FM_OK), *stop becomes non-zero (FM_OK, the run left resumable), or a fatal
+ * error (database, socket) with a reason. */
 fm_status fm_coordinator_run(const fm_server_config_t *cfg, volatile sig_atomic_t *stop);
 
-/* Checkpoint blobs: magic "FMCK", version 1, round, global vector, global prompt,
- * prompt pool. Exposed for tests and tools. */
+/* A coordinator checkpoint (fedmoe/checkpoint.h format, magic FMCK): the round,
+ * the global vector, the global prompt and the prompt pool. */
 typedef struct {
     int round;
     float *global;
@@ -48,6 +86,9 @@ typedef struct {
     float *pool;           /* pool_count * nprompt */
 } fm_checkpoint_t;
 
+/* Encodes c (which the caller keeps); *blob is malloc'd, the caller frees it. */
+fm_status fm_checkpoint_encode(const fm_checkpoint_t *c, uint8_t **blob, size_t *len);
+/* Decodes a checkpoint; the caller frees out with fm_checkpoint_free. */
 fm_status fm_checkpoint_decode(const uint8_t *blob, size_t len, fm_checkpoint_t *out);
 void fm_checkpoint_free(fm_checkpoint_t *c);
 

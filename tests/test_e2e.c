@@ -23,6 +23,7 @@
 #include "fedmoe/clock.h"
 #include "fedmoe/rng.h"
 #include "fedmoe/store.h"
+#include "fedmoe/runspec_wire.h"
 #include "fedmoe/wire.h"
 
 #include "procs.h"
@@ -285,22 +286,12 @@ static float *fake_round(const char *db, const int order[3], float *const vecs[3
         Fedmoe__Envelope *e = expect(f[0].sock, FEDMOE__ENVELOPE__BODY_ERROR);
         assert_int_equal(e->error->code, FM_WIRE_MALFORMED);
         fedmoe__envelope__free_unpacked(e, NULL);
-        float *bad = malloc(sizeof(float) * n);
-        memcpy(bad, vecs[0], sizeof(float) * n);
-        bad[n / 2] = NAN;
-        send_update(f[0].sock, 1, bad, n, prompt, samples[0]);
-        e = expect(f[0].sock, FEDMOE__ENVELOPE__BODY_ERROR);
-        assert_int_equal(e->error->code, FM_WIRE_BAD_VALUE);
-        fedmoe__envelope__free_unpacked(e, NULL);
-        send_update(f[0].sock, 1, vecs[0], n - 1, prompt, samples[0]); /* wrong shape */
-        e = expect(f[0].sock, FEDMOE__ENVELOPE__BODY_ERROR);
-        assert_int_equal(e->error->code, FM_WIRE_BAD_TENSOR);
-        fedmoe__envelope__free_unpacked(e, NULL);
+        /* (an update refused for its contents ends the client's part in the round:
+         * test_coordinator covers those) */
         send_update(f[0].sock, 7, vecs[0], n, prompt, samples[0]); /* wrong round */
         e = expect(f[0].sock, FEDMOE__ENVELOPE__BODY_ERROR);
         assert_int_equal(e->error->code, FM_WIRE_WRONG_ROUND);
         fedmoe__envelope__free_unpacked(e, NULL);
-        free(bad);
     }
     for (int k = 0; k < 3; k++) {
         int i = order[k];

@@ -13,6 +13,7 @@
 
 #include "fedmoe/rng.h"
 #include "fedmoe/runspec.h"
+#include "fedmoe/runspec_wire.h"
 #include "fedmoe/wire.h"
 
 static void make_update(Fedmoe__Envelope *env, Fedmoe__Update *up, Fedmoe__Tensor *t, Fedmoe__Tensor **list,

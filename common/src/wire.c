@@ -170,6 +170,19 @@ void fm_wire_tune_socket(void *socket)
     zmq_setsockopt(socket, ZMQ_HEARTBEAT_TIMEOUT, &hb_timeout, sizeof hb_timeout);
 }
 
+fm_status fm_wire_send_bytes(void *socket, const char *identity, const uint8_t *buf, size_t len)
+{
+    if (identity && zmq_send(socket, identity, strlen(identity), ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
+        fm_error_set("send to %s: %s", identity, zmq_strerror(zmq_errno()));
+        return FM_ERR_IO;
+    }
+    if (zmq_send(socket, buf, len, ZMQ_DONTWAIT) < 0) {
+        fm_error_set("send%s%s: %s", identity ? " to " : "", identity ? identity : "", zmq_strerror(zmq_errno()));
+        return FM_ERR_IO;
+    }
+    return FM_OK;
+}
+
 fm_status fm_wire_send(void *socket, const char *identity, Fedmoe__Envelope *env)
 {
     uint8_t *buf;
@@ -177,18 +190,20 @@ fm_status fm_wire_send(void *socket, const char *identity, Fedmoe__Envelope *env
     fm_status st = fm_wire_encode(env, &buf, &len);
     if (st != FM_OK)
         return st;
-    if (identity && zmq_send(socket, identity, strlen(identity), ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
-        free(buf);
-        fm_error_set("send to %s: %s", identity, zmq_strerror(zmq_errno()));
-        return FM_ERR_IO;
-    }
-    int rc = zmq_send(socket, buf, len, ZMQ_DONTWAIT);
+    st = fm_wire_send_bytes(socket, identity, buf, len);
     free(buf);
-    if (rc < 0) {
-        fm_error_set("send%s%s: %s", identity ? " to " : "", identity ? identity : "", zmq_strerror(zmq_errno()));
-        return FM_ERR_IO;
-    }
-    return FM_OK;
+    return st;
+}
+
+fm_status fm_wire_encode_error(fm_wire_code code, const char *text, uint8_t **buf, size_t *len)
+{
+    Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
+    Fedmoe__Error err = FEDMOE__ERROR__INIT;
+    err.code = code;
+    err.text = (char *)text;
+    env.body_case = FEDMOE__ENVELOPE__BODY_ERROR;
+    env.error = &err;
+    return fm_wire_encode(&env, buf, len);
 }
 
 fm_status fm_wire_send_error(void *socket, const char *identity, fm_wire_code code, const char *text)

@@ -14,7 +14,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "fedmoe.pb-c.h"
 #include "fedmoe/clientdata.h"
 #include "fedmoe/model.h"
 #include "fedmoe/params.h"
@@ -41,6 +40,8 @@ fm_status fm_lr_schedule_parse(const char *flag, const char *name, fm_lr_schedul
 float fm_lr_schedule_scale(fm_lr_schedule s, int round, int rounds);
 
 const char *fm_strategy_name(fm_strategy s);
+/* "dirichlet", "pathological" or "iid". */
+const char *fm_partition_scheme_name(fm_partition_kind k);
 fm_status fm_strategy_parse(const char *name, fm_strategy *out);
 /* Clients upload prompts and receive the global prompt. */
 bool fm_strategy_shares_prompt(fm_strategy s);
@@ -72,21 +73,6 @@ void fm_run_spec_default(fm_run_spec_t *s);
  * a reason. */
 fm_status fm_run_spec_finish(fm_run_spec_t *s);
 
-/* A Welcome with the three spec messages it points to: fill it in place and do
- * not copy it (welcome points into the struct; strings point into the spec). */
-typedef struct {
-    Fedmoe__Welcome welcome;
-    Fedmoe__ModelSpec model;
-    Fedmoe__TrainSpec train;
-    Fedmoe__DataSpec data;
-} fm_welcome_pb_t;
-/* The Welcome of run run_id under s (seed, specs, strategy), for a client given
- * partition (-1: none assigned) at the run's current round. */
-void fm_run_spec_welcome(const fm_run_spec_t *s, const char *run_id, int32_t partition, uint32_t round,
-                         fm_welcome_pb_t *w);
-/* Reads a Welcome's specs (from the network: validated); specialists is the
- * client's own count. */
-fm_status fm_run_spec_from_welcome(fm_run_spec_t *s, const Fedmoe__Welcome *w, int specialists);
 /* The spec as one JSON object (for the runs table); returns bytes written. */
 size_t fm_run_spec_json(const fm_run_spec_t *s, char *buf, size_t cap);
 

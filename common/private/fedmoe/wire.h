@@ -1,4 +1,4 @@
-/* wire.h - the protocol codec: envelopes to and from bytes, tensors with digests,
+/* wire.h (private) - the protocol codec: envelopes to and from bytes, tensors with digests,
  * and sending / receiving them on ZeroMQ sockets.
  *
  * Limits are enforced before decoding (maximum message size) and after (protocol
@@ -60,6 +60,11 @@ void fm_wire_tune_socket(void *socket);
 /* Sends env on a ZeroMQ socket; with a non-NULL identity (ROUTER) the identity
  * frame goes first. Non-blocking: a peer that cannot take it gets nothing. */
 fm_status fm_wire_send(void *socket, const char *identity, Fedmoe__Envelope *env);
+/* Sends len encoded bytes (identity frame first with a non-NULL identity).
+ * Non-blocking, like fm_wire_send. */
+fm_status fm_wire_send_bytes(void *socket, const char *identity, const uint8_t *buf, size_t len);
+/* An Error envelope, encoded; *buf is malloc'd, the caller frees it. */
+fm_status fm_wire_encode_error(fm_wire_code code, const char *text, uint8_t **buf, size_t *len);
 /* Sends an Error envelope. */
 fm_status fm_wire_send_error(void *socket, const char *identity, fm_wire_code code, const char *text);
 

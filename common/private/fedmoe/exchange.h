@@ -1,0 +1,104 @@
+/* exchange.h - what a round exchanges: the one place that decides, per strategy,
+ * what a Task and an Update carry and how each side reads them (DESIGN sections 3,
+ * 4 and 6). Adding a strategy or a round phase touches this module and the
+ * coordinator's round module, nothing else.
+ *
+ *              Task (down)                          Update (up)
+ *   local      lr scale                             metrics
+ *   fedavg     federated vector, global prompt      vector, trained prompt, metrics
+ *   comigs     federated vector, global prompt      vector, trained prompt, metrics
+ *   pfedmoap   vector, global prompt, K nearest     vector, trained prompt, metrics
+ *   full       vector, global prompt, K nearest     vector, trained prompt, metrics
+ *
+ * The federated vector is the strategy's parameters in registry order
+ * (fm_federated_pack). Readers check every tensor (name, shape, digest, finite
+ * values) and every count before the caller changes anything. */
+#ifndef FEDMOE_EXCHANGE_H
+#define FEDMOE_EXCHANGE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fedmoe.pb-c.h"
+#include "fedmoe/runspec.h"
+#include "fedmoe/status.h"
+#include "fedmoe/wire.h"
+
+typedef struct {
+    bool model;  /* the federated vector, down and up */
+    bool prompt; /* the global prompt down, the client's trained prompt up */
+    bool pool;   /* the K nearest pool prompts down; the client gates over them */
+} fm_exchange_t;
+
+/* What travels under strategy s. */
+fm_exchange_t fm_exchange_of(fm_strategy s);
+
+/* Sizes both sides agree on: the federated vector and one prompt, in floats. */
+typedef struct {
+    size_t nmodel, nprompt;
+    uint32_t prompt_rows, prompt_cols;
+    int max_nonlocal; /* K */
+} fm_exchange_dims_t;
+fm_exchange_dims_t fm_exchange_dims(const fm_run_spec_t *s, size_t nmodel);
+
+/* ---- Task: coordinator -> client ---- */
+
+typedef struct {
+    uint32_t round;
+    float lr_scale;                /* this round's multiplier on both learning rates */
+    const float *model;            /* nmodel floats (when carried) */
+    const float *prompt;           /* the global prompt (when carried) */
+    const float *const *nonlocal;  /* k pool prompts, nearest first (when carried) */
+    int k;
+} fm_task_t;
+
+/* The Task envelope, encoded; *buf is malloc'd, the caller frees it. */
+fm_status fm_exchange_encode_task(const fm_run_spec_t *s, const fm_exchange_dims_t *d, const fm_task_t *t,
+                                  uint8_t **buf, size_t *len);
+
+/* A Task as the client reads it; the buffers are malloc'd here (free with
+ * fm_exchange_task_free). */
+typedef struct {
+    uint32_t round;
+    float lr_scale;  /* 1 when the Task leaves it unset */
+    float *model;    /* nmodel, or NULL when not carried */
+    float *prompt;   /* nprompt, or NULL */
+    float *nonlocal; /* k * nprompt, or NULL */
+    int k;           /* 0 unless the pool travels */
+} fm_task_in_t;
+
+/* Reads and checks a Task; on error FM_ERR_FORMAT with fm_error_last() and the
+ * wire code for the Error reply in *code. */
+fm_status fm_exchange_read_task(const fm_run_spec_t *s, const fm_exchange_dims_t *d, const Fedmoe__Task *t,
+                                fm_task_in_t *out, fm_wire_code *code);
+void fm_exchange_task_free(fm_task_in_t *t);
+
+/* ---- Update: client -> coordinator ---- */
+
+typedef struct {
+    double train_loss, val_loss, test_loss, test_accuracy, generalist_share;
+    uint64_t test_samples, test_correct, val_samples, val_correct;
+    double seconds;
+} fm_metrics_t;
+
+typedef struct {
+    uint32_t round;
+    uint64_t train_samples;
+    const float *model;  /* nmodel floats (when carried) */
+    const float *prompt; /* the trained prompt (when carried) */
+    fm_metrics_t metrics;
+} fm_update_t;
+
+/* The Update envelope, encoded; *buf is malloc'd, the caller frees it. */
+fm_status fm_exchange_encode_update(const fm_run_spec_t *s, const fm_exchange_dims_t *d, const fm_update_t *u,
+                                    uint8_t **buf, size_t *len);
+
+/* Reads and checks an Update's counts, metrics and tensors into model (nmodel)
+ * and prompt (nprompt) when the strategy carries them. Checks the train sample
+ * count against 1..max_weight. On error FM_ERR_FORMAT, a reason and *code. */
+fm_status fm_exchange_read_update(const fm_run_spec_t *s, const fm_exchange_dims_t *d, const Fedmoe__Update *u,
+                                  uint64_t max_weight, float *model, float *prompt, fm_metrics_t *m,
+                                  fm_wire_code *code);
+
+#endif

@@ -1,0 +1,41 @@
+/* coordinator_internal.h - the coordinator object's state, shared by its parts:
+ * coordinator.c (messages), coordinator_rounds.c (time: rounds opened, closed
+ * and committed), coordinator_setup.c (new run or resume, teardown). */
+#ifndef FEDMOE_COORDINATOR_INTERNAL_H
+#define FEDMOE_COORDINATOR_INTERNAL_H
+
+#include "coordinator.h"
+#include "fedmoe/aggregate.h"
+#include "fedmoe/exchange.h"
+#include "fedmoe/store.h"
+#include "fedmoe/wire.h"
+#include "registry.h"
+#include "round.h"
+
+struct fm_coordinator {
+    fm_server_config_t cfg;
+    fm_run_spec_t spec;         /* finished (gating set from the strategy) */
+    fm_exchange_dims_t dims;
+    fm_coordinator_send_fn send;
+    void *send_user;
+    fm_store_t *store;
+    char run_id[64];
+    float *global, *gprompt;    /* the committed global state */
+    float *scratch;             /* one decoded update */
+    size_t max_message;
+    fm_registry_t *reg;
+    fm_round_t round;
+    fm_aggregator_t *agg_model, *agg_prompt;
+    int64_t bytes_up, bytes_down; /* this round */
+    double waiting_logged;
+    bool finished;
+};
+
+/* Sends participant p its Task (coordinator.c). */
+void fm_coord_send_task(fm_coordinator_t *c, fm_participant_t *p);
+/* Sends an Error reply and logs it (coordinator.c). */
+void fm_coord_send_error(fm_coordinator_t *c, const char *id, fm_wire_code code, const char *text);
+/* Sends an envelope; returns its size in bytes, 0 when not encoded (coordinator.c). */
+int64_t fm_coord_emit(fm_coordinator_t *c, const char *id, Fedmoe__Envelope *env);
+
+#endif

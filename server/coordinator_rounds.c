@@ -1,0 +1,314 @@
+/* The coordinator's time-driven work: clients gone silent, rounds opened,
+ * decided (round.h) and committed to the round log. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coordinator_internal.h"
+#include "fedmoe/clock.h"
+#include "fedmoe/log.h"
+#include "fedmoe/rng.h"
+
+#define WAITING_LOG_S 10.0
+#define BENCH_AFTER 2 /* failed rounds in a row before a client sits out rounds */
+#define BENCH_MAX 16  /* rounds a failing client sits out at most */
+
+/* Clients silent for longer than the client timeout are taken as gone: not
+ * selected, and no longer awaited in the round they were selected for. */
+static void sweep_silent(fm_coordinator_t *c, double now)
+{
+    for (int i = 0; i < fm_registry_count(c->reg); i++) {
+        fm_client_t *cl = fm_registry_at(c->reg, i);
+        if (!(cl->connected && cl->ready && now - cl->last_seen > c->cfg.client_timeout))
+            continue;
+        cl->connected = false;
+        fm_participant_t *p = fm_round_find(&c->round, i);
+        bool awaited = p && p->state == FM_PART_AWAITED;
+        if (p)
+            fm_round_lose(&c->round, p);
+        fm_warn("client %s silent for %.0f s: taken as gone%s", cl->id, now - cl->last_seen,
+                awaited ? " (dropped from this round)" : "");
+    }
+}
+
+static bool selectable(const fm_client_t *cl, int round)
+{
+    return cl->connected && cl->ready && cl->benched_until <= round;
+}
+
+/* Opens the next round when enough clients are ready: a deterministic choice,
+ * clients in id order shuffled by (seed, round); tasks go out in id order. */
+static fm_status try_open_round(fm_coordinator_t *c, double now)
+{
+    int n = fm_registry_count(c->reg), ready = 0, round = c->round.number;
+    const int *order = fm_registry_sorted(c->reg);
+    for (int i = 0; i < n; i++)
+        ready += selectable(fm_registry_at(c->reg, order[i]), round);
+    if (ready < c->cfg.min_clients) {
+        if (now - c->waiting_logged > WAITING_LOG_S) {
+            fm_info("round %d: waiting for clients (%d ready, %d needed)", round, ready, c->cfg.min_clients);
+            c->waiting_logged = now;
+        }
+        return FM_OK;
+    }
+    uint32_t *cand = malloc(sizeof(uint32_t) * (size_t)ready);
+    bool *chosen = calloc((size_t)n, sizeof(bool));
+    int *slots = malloc(sizeof(int) * (size_t)ready);
+    char (*ids)[64] = malloc(64 * (size_t)ready);
+    fm_status st = cand && chosen && slots && ids ? FM_OK : FM_ERR_NOMEM;
+    if (st == FM_OK) {
+        int k = 0;
+        for (int i = 0; i < n; i++)
+            if (selectable(fm_registry_at(c->reg, order[i]), round))
+                cand[k++] = (uint32_t)order[i];
+        fm_rng_t r;
+        fm_rng_init(&r, c->spec.seed, 0x5E1EC7ull ^ ((uint64_t)round << 20));
+        fm_rng_shuffle(&r, cand, (size_t)ready);
+        int want = (int)ceil(c->cfg.fraction * ready);
+        want = want < c->cfg.min_clients ? c->cfg.min_clients : want > ready ? ready : want;
+        for (int s = 0; s < want; s++)
+            chosen[cand[s]] = true;
+        k = 0;
+        for (int i = 0; i < n; i++)
+            if (chosen[order[i]]) {
+                slots[k] = order[i];
+                snprintf(ids[k++], 64, "%s", fm_registry_at(c->reg, order[i])->id);
+            }
+        fm_aggregator_reset(c->agg_model);
+        fm_aggregator_reset(c->agg_prompt);
+        c->bytes_up = c->bytes_down = 0;
+        st = fm_round_open(&c->round, slots, ids, want, now);
+        if (st == FM_OK) {
+            fm_info("round %d/%d: %d of %d connected clients selected", round, c->cfg.rounds, want, ready);
+            for (int i = 0; i < c->round.nparts; i++)
+                fm_coord_send_task(c, &c->round.parts[i]);
+        }
+    }
+    free(cand);
+    free(chosen);
+    free(slots);
+    free(ids);
+    return st;
+}
+
+/* Participants that gave nothing usable sit out rounds after BENCH_AFTER such
+ * rounds in a row (1, 2, 4... up to BENCH_MAX), until they say hello again. */
+static void count_failures(fm_coordinator_t *c)
+{
+    for (int i = 0; i < c->round.nparts; i++) {
+        fm_participant_t *p = &c->round.parts[i];
+        fm_client_t *cl = fm_registry_at(c->reg, p->slot);
+        if (p->state == FM_PART_COMPLETED) {
+            cl->failures = 0;
+            continue;
+        }
+        if (p->state == FM_PART_GONE)
+            continue; /* silence is the client timeout's business */
+        if (++cl->failures < BENCH_AFTER)
+            continue;
+        int sit = 1 << (cl->failures - BENCH_AFTER < 4 ? cl->failures - BENCH_AFTER : 4);
+        sit = sit > BENCH_MAX ? BENCH_MAX : sit;
+        cl->benched_until = c->round.number + 1 + sit;
+        fm_warn("client %s: no usable update in %d rounds in a row: not selected for %d round%s (or until it "
+                "says hello again)",
+                cl->id, cl->failures, sit, sit == 1 ? "" : "s");
+    }
+}
+
+/* The round row: sums over the completed participants. */
+static void round_row(const fm_coordinator_t *c, double now, fm_round_row_t *r)
+{
+    memset(r, 0, sizeof *r);
+    r->round = c->round.number;
+    snprintf(r->started_at, sizeof r->started_at, "%s", c->round.started_at);
+    fm_clock_utc(r->finished_at);
+    r->selected = c->round.nparts;
+    r->completed = fm_round_count(&c->round, FM_PART_COMPLETED);
+    r->dropped = r->selected - r->completed;
+    double tl = 0, tn = 0, sl = 0, sn = 0, corr = 0, vn = 0, vcorr = 0;
+    for (int i = 0; i < c->round.nparts; i++) {
+        const fm_participant_t *p = &c->round.parts[i];
+        if (p->state != FM_PART_COMPLETED)
+            continue;
+        tl += p->row.train_loss * (double)p->row.train_samples;
+        tn += (double)p->row.train_samples;
+        sl += p->row.test_loss * (double)p->row.test_samples;
+        sn += (double)p->row.test_samples;
+        corr += (double)p->row.test_correct;
+        vn += (double)p->row.val_samples;
+        vcorr += (double)p->row.val_correct;
+    }
+    r->train_loss = tn > 0 ? tl / tn : 0.0;
+    r->test_loss = sn > 0 ? sl / sn : 0.0;
+    r->test_accuracy = sn > 0 ? corr / sn : 0.0;
+    r->val_accuracy = vn > 0 ? vcorr / vn : 0.0;
+    r->bytes_up = c->bytes_up;
+    r->bytes_down = c->bytes_down;
+    r->seconds = now - c->round.started;
+}
+
+/* The checkpoint of the state after this round: the pool takes the round's
+ * prompts (pool strategies), in id order. */
+static fm_status encode_checkpoint(fm_coordinator_t *c, uint8_t **blob, size_t *len)
+{
+    int n = fm_registry_count(c->reg), count = 0;
+    const int *order = fm_registry_sorted(c->reg);
+    fm_checkpoint_t ck = {.round = c->round.number, .global = c->global, .nglobal = c->dims.nmodel,
+                          .prompt = c->gprompt, .nprompt = c->dims.nprompt};
+    ck.pool_ids = malloc(64 * (size_t)(n ? n : 1));
+    ck.pool = malloc(sizeof(float) * c->dims.nprompt * (size_t)(n ? n : 1));
+    if (!ck.pool_ids || !ck.pool) {
+        free(ck.pool_ids);
+        free(ck.pool);
+        return FM_ERR_NOMEM;
+    }
+    bool pool = fm_exchange_of(c->spec.strategy).pool;
+    for (int i = 0; i < n; i++) {
+        const fm_client_t *cl = fm_registry_at(c->reg, order[i]);
+        const fm_participant_t *p = fm_round_find(&c->round, order[i]);
+        const float *entry = pool && p && p->state == FM_PART_COMPLETED && p->prompt ? p->prompt : cl->prompt;
+        if (!entry)
+            continue;
+        snprintf(ck.pool_ids[count], 64, "%s", cl->id);
+        memcpy(ck.pool + (size_t)count * c->dims.nprompt, entry, sizeof(float) * c->dims.nprompt);
+        count++;
+    }
+    ck.pool_count = count;
+    fm_status st = fm_checkpoint_encode(&ck, blob, len);
+    free(ck.pool_ids);
+    free(ck.pool);
+    return st;
+}
+
+/* Aggregates and commits the round in one transaction; the pool takes the
+ * round's prompts only once the commit succeeded. */
+static fm_status commit_round(fm_coordinator_t *c, double now)
+{
+    fm_exchange_t e = fm_exchange_of(c->spec.strategy);
+    if (e.model && fm_aggregator_mean(c->agg_model, c->global) != FM_OK)
+        return FM_ERR_STATE;
+    if (e.prompt && fm_aggregator_mean(c->agg_prompt, c->gprompt) != FM_OK)
+        return FM_ERR_STATE;
+    fm_round_row_t r;
+    round_row(c, now, &r);
+    fm_client_round_row_t *rows = calloc((size_t)c->round.nparts, sizeof *rows);
+    if (!rows)
+        return FM_ERR_NOMEM;
+    for (int i = 0; i < c->round.nparts; i++) {
+        rows[i] = c->round.parts[i].row;
+        if (c->round.parts[i].state != FM_PART_COMPLETED)
+            snprintf(rows[i].status, sizeof rows[i].status, "%s", fm_part_state_name(c->round.parts[i].state));
+    }
+    uint8_t *ckpt = NULL;
+    size_t ckpt_len = 0;
+    fm_status st = encode_checkpoint(c, &ckpt, &ckpt_len);
+    if (st == FM_OK) {
+        fm_sha256_hex(ckpt, ckpt_len, r.checkpoint_sha256);
+        st = fm_store_commit_round(c->store, c->run_id, &r, rows, c->round.nparts, ckpt, ckpt_len);
+    }
+    free(ckpt);
+    free(rows);
+    if (st != FM_OK)
+        return st;
+    for (int i = 0; e.pool && i < c->round.nparts; i++) {
+        fm_participant_t *p = &c->round.parts[i];
+        fm_client_t *cl = fm_registry_at(c->reg, p->slot);
+        if (p->state == FM_PART_COMPLETED && p->prompt) {
+            free(cl->prompt);
+            cl->prompt = p->prompt; /* now owned as the pool entry */
+            p->prompt = NULL;
+        }
+    }
+    fm_info("round %d/%d: %d/%d clients, train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.1f s", r.round,
+            c->cfg.rounds, r.completed, r.selected, r.train_loss, r.test_loss, 100.0 * r.test_accuracy, r.seconds);
+    return FM_OK;
+}
+
+/* Acts on the open round's verdict. */
+static fm_status decide(fm_coordinator_t *c, double now)
+{
+    int awaited = fm_round_count(&c->round, FM_PART_AWAITED);
+    fm_round_verdict v = fm_round_decide(&c->round, now, c->cfg.min_clients);
+    int done = fm_round_count(&c->round, FM_PART_COMPLETED), n = c->round.nparts, k = c->round.number;
+    switch (v) {
+    case FM_VERDICT_WAIT: return FM_OK;
+    case FM_VERDICT_EXTEND:
+        fm_warn("round %d: %d of %d updates by the deadline, the quorum is %d; %d clients still training: "
+                "waiting another %.0f s (extension %d of %d)",
+                k, done, n, c->cfg.min_clients, awaited, c->cfg.round_timeout, c->round.extensions,
+                FM_ROUND_MAX_EXTENSIONS);
+        return FM_OK;
+    case FM_VERDICT_COMMIT:
+    case FM_VERDICT_ABANDON: break;
+    }
+    for (int i = 0; awaited && i < n; i++)
+        if (c->round.parts[i].state == FM_PART_DROPPED)
+            fm_warn("round %d: client %s sent no update by the deadline%s: dropped from the round", k,
+                    c->round.parts[i].row.client_id, c->round.extensions ? " and its extensions" : "");
+    count_failures(c);
+    if (v == FM_VERDICT_ABANDON) {
+        fm_warn("round %d: %d of %d updates, short of the quorum of %d: running the round again when enough "
+                "clients are ready",
+                k, done, n, c->cfg.min_clients);
+        fm_round_close(&c->round, false);
+        return FM_OK;
+    }
+    fm_status st = commit_round(c, now);
+    if (st == FM_OK)
+        fm_round_close(&c->round, true);
+    return st;
+}
+
+static void shutdown_clients(fm_coordinator_t *c, const char *reason)
+{
+    Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
+    Fedmoe__Shutdown sd = FEDMOE__SHUTDOWN__INIT;
+    sd.reason = (char *)reason;
+    env.body_case = FEDMOE__ENVELOPE__BODY_SHUTDOWN;
+    env.shutdown = &sd;
+    for (int i = 0; i < fm_registry_count(c->reg); i++)
+        if (fm_registry_at(c->reg, i)->connected)
+            fm_coord_emit(c, fm_registry_at(c->reg, i)->id, &env);
+}
+
+fm_status fm_coordinator_tick(fm_coordinator_t *c, double now)
+{
+    if (c->finished)
+        return FM_OK;
+    sweep_silent(c, now);
+    fm_status st = FM_OK;
+    if (c->round.state == FM_ROUND_OPEN && (st = decide(c, now)) != FM_OK)
+        return st;
+    if (c->round.number > c->cfg.rounds) {
+        fm_info("run %s finished: %d rounds", c->run_id, c->cfg.rounds);
+        c->finished = true;
+        st = fm_store_set_run_status(c->store, c->run_id, "finished");
+        shutdown_clients(c, "the run is finished");
+        return st;
+    }
+    if (c->round.state == FM_ROUND_WAITING)
+        st = try_open_round(c, now);
+    return st;
+}
+
+double fm_coordinator_wait(const fm_coordinator_t *c, double now, double max_wait)
+{
+    if (c->round.state == FM_ROUND_OPEN) {
+        double left = c->round.deadline - now;
+        return left <= 0 ? 0 : left < max_wait ? left : max_wait;
+    }
+    return max_wait;
+}
+
+bool fm_coordinator_finished(const fm_coordinator_t *c) { return c->finished; }
+
+fm_status fm_coordinator_stop(fm_coordinator_t *c)
+{
+    if (c->finished)
+        return FM_OK;
+    fm_info("stopping: run %s left resumable at round %d", c->run_id, c->round.number);
+    fm_status st = fm_store_set_run_status(c->store, c->run_id, "stopped");
+    shutdown_clients(c, "the coordinator is stopping");
+    return st;
+}

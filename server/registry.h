@@ -1,0 +1,55 @@
+/* registry.h - the clients a coordinator knows: ids, partitions, liveness and
+ * their committed prompt-pool entries.
+ *
+ * A client keeps its slot (an index) for the life of the registry, so a round can
+ * refer to its participants by slot; iteration in id order (fm_registry_sorted)
+ * is what every deterministic choice uses (selection, nearest prompts, the
+ * checkpoint's pool order). Lookup by id is a binary search. */
+#ifndef FEDMOE_REGISTRY_H
+#define FEDMOE_REGISTRY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fedmoe/status.h"
+
+typedef struct {
+    char id[64];
+    int partition;          /* assigned partition, -1: none yet */
+    int specialists;
+    uint64_t train_samples, val_samples, test_samples;
+    bool connected;         /* said hello and not silent since */
+    bool ready;             /* has its data: said hello with sample counts */
+    bool greeted;           /* said hello to this coordinator since it started */
+    int failures;           /* rounds in a row it was selected for and gave nothing usable */
+    int benched_until;      /* not selected before this round (after failures; reset by hello) */
+    double last_seen;       /* the coordinator's clock at its last message */
+    char first_seen[32];
+    float *prompt;          /* committed pool entry (owned), or NULL */
+} fm_client_t;
+
+typedef struct fm_registry fm_registry_t;
+
+/* An empty registry; caller destroys it (freeing every pool entry). */
+fm_status fm_registry_new(fm_registry_t **out);
+void fm_registry_destroy(fm_registry_t **r);
+
+/* Number of clients (slots 0..count-1). */
+int fm_registry_count(const fm_registry_t *r);
+/* The client in slot i; the pointer is valid until the next fm_registry_add. */
+fm_client_t *fm_registry_at(fm_registry_t *r, int slot);
+/* The slot of id, or -1. */
+int fm_registry_find(const fm_registry_t *r, const char *id);
+/* Adds a client (partition -1, first seen now) and returns its slot, or -1 when
+ * out of memory. The id must not be present. */
+int fm_registry_add(fm_registry_t *r, const char *id);
+/* The slots in id order (count entries, owned by the registry, valid until the
+ * next fm_registry_add). */
+const int *fm_registry_sorted(const fm_registry_t *r);
+/* The lowest partition in 0..count-1 that no client holds, or -1. */
+int fm_registry_free_partition(const fm_registry_t *r, int count);
+/* The slot holding partition p, or -1. */
+int fm_registry_partition_owner(const fm_registry_t *r, int p);
+
+#endif

@@ -1,0 +1,418 @@
+/* The coordinator object driven in-process: messages injected as bytes, a fake
+ * clock, replies captured from the send callback; a real SQLite file. No child
+ * processes, no sockets: each case runs in milliseconds. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coordinator.h"
+#include "fedmoe/exchange.h"
+#include "fedmoe/log.h"
+#include "fedmoe/store.h"
+#include "fedmoe/wire.h"
+#include "procs.h"
+
+static char dir[256];
+static int db_seq;
+
+/* ---- the outbox --------------------------------------------------------------- */
+
+#define MAX_SENT 4096
+typedef struct {
+    char id[64];
+    Fedmoe__Envelope *env;
+} sent_t;
+static sent_t sent[MAX_SENT];
+static int nsent;
+
+static fm_status capture(void *user, const char *id, const uint8_t *data, size_t len)
+{
+    (void)user;
+    assert_true(nsent < MAX_SENT);
+    snprintf(sent[nsent].id, 64, "%s", id);
+    assert_int_equal(fm_wire_decode(data, len, (size_t)1 << 30, &sent[nsent].env), FM_OK);
+    nsent++;
+    return FM_OK;
+}
+
+static void clear_outbox(void)
+{
+    for (int i = 0; i < nsent; i++)
+        fedmoe__envelope__free_unpacked(sent[i].env, NULL);
+    nsent = 0;
+}
+
+/* How many messages of this kind went to id (NULL: anyone); *last gets the newest. */
+static int count_sent(const char *id, Fedmoe__Envelope__BodyCase kind, Fedmoe__Envelope **last)
+{
+    int n = 0;
+    for (int i = 0; i < nsent; i++)
+        if ((!id || !strcmp(sent[i].id, id)) && sent[i].env->body_case == kind) {
+            n++;
+            if (last)
+                *last = sent[i].env;
+        }
+    return n;
+}
+
+static uint32_t last_error_code(const char *id)
+{
+    Fedmoe__Envelope *e = NULL;
+    return count_sent(id, FEDMOE__ENVELOPE__BODY_ERROR, &e) ? e->error->code : 0;
+}
+
+/* ---- a small run ---------------------------------------------------------------- */
+
+static void small_config(fm_server_config_t *cfg, int clients, int quorum)
+{
+    fm_server_config_default(cfg);
+    snprintf(cfg->db, sizeof cfg->db, "%s/coord-%d.db", dir, ++db_seq);
+    cfg->rounds = 5;
+    cfg->min_clients = quorum;
+    cfg->round_timeout = 100.0;
+    cfg->client_timeout = 15.0;
+    cfg->spec.partition_count = clients;
+    fm_model_config_t *m = &cfg->spec.model;
+    m->d = 8;
+    m->ffn_hidden = 8;
+    m->text_hidden = 8;
+    m->prompt_dim = 8;
+    m->heads = 2;
+}
+
+static void inject(fm_coordinator_t *c, const char *id, Fedmoe__Envelope *env, double now)
+{
+    uint8_t *buf;
+    size_t len;
+    assert_int_equal(fm_wire_encode(env, &buf, &len), FM_OK);
+    fm_coordinator_handle(c, id, buf, len, now);
+    free(buf);
+}
+
+static void hello(fm_coordinator_t *c, const char *id, uint64_t samples, double now)
+{
+    Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
+    Fedmoe__Hello h = FEDMOE__HELLO__INIT;
+    h.client_id = (char *)id;
+    h.protocol_version = FM_PROTOCOL_VERSION;
+    h.specialists = 2;
+    h.partition_index = -1;
+    h.train_samples = samples;
+    h.val_samples = samples / 4;
+    h.test_samples = samples / 3;
+    env.body_case = FEDMOE__ENVELOPE__BODY_HELLO;
+    env.hello = &h;
+    inject(c, id, &env, now);
+}
+
+static void heartbeat(fm_coordinator_t *c, const char *id, double now)
+{
+    Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
+    Fedmoe__Heartbeat hb = FEDMOE__HEARTBEAT__INIT;
+    env.body_case = FEDMOE__ENVELOPE__BODY_HEARTBEAT;
+    env.heartbeat = &hb;
+    inject(c, id, &env, now);
+}
+
+/* The Update a client sends back for its newest Task: the task's model plus
+ * delta in every value (or a model one value short when broken). */
+static void update(fm_coordinator_t *c, const char *id, float delta, uint64_t samples, bool broken, double now)
+{
+    Fedmoe__Envelope *task = NULL;
+    assert_true(count_sent(id, FEDMOE__ENVELOPE__BODY_TASK, &task) > 0);
+    fm_run_spec_t spec;
+    fm_run_spec_default(&spec);
+    spec.model.prompt_dim = 8;
+    fm_exchange_dims_t d = {.nmodel = task->task->model[0]->shape[1], .prompt_rows = 4, .prompt_cols = 8,
+                            .nprompt = 32, .max_nonlocal = 4};
+    fm_task_in_t in;
+    fm_wire_code code;
+    assert_int_equal(fm_exchange_read_task(&spec, &d, task->task, &in, &code), FM_OK);
+    for (size_t i = 0; i < d.nmodel; i++)
+        in.model[i] += delta;
+    if (broken)
+        d.nmodel--;
+    fm_update_t u = {.round = in.round, .train_samples = samples, .model = in.model, .prompt = in.prompt};
+    u.metrics.test_samples = 10;
+    u.metrics.test_correct = 7;
+    u.metrics.test_accuracy = 0.7;
+    uint8_t *buf;
+    size_t len;
+    assert_int_equal(fm_exchange_encode_update(&spec, &d, &u, &buf, &len), FM_OK);
+    fm_coordinator_handle(c, id, buf, len, now);
+    free(buf);
+    fm_exchange_task_free(&in);
+}
+
+static fm_coordinator_t *start(const fm_server_config_t *cfg)
+{
+    fm_coordinator_t *c = NULL;
+    assert_int_equal(fm_coordinator_new(&c, cfg, capture, NULL), FM_OK);
+    return c;
+}
+
+static void finish(fm_coordinator_t **c)
+{
+    fm_coordinator_destroy(c);
+    clear_outbox();
+}
+
+/* The status of client id in round r of the latest run. */
+static void client_status(const char *db, int round, const char *id, char out[16])
+{
+    fm_store_t *s;
+    fm_run_row_t run;
+    bool found;
+    assert_int_equal(fm_store_open(&s, db, true), FM_OK);
+    assert_int_equal(fm_store_latest_run(s, &run, &found), FM_OK);
+    fm_client_round_row_t *rows;
+    int n;
+    assert_int_equal(fm_store_list_client_rounds(s, run.id, round, &rows, &n), FM_OK);
+    out[0] = 0;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(rows[i].client_id, id))
+            snprintf(out, 16, "%s", rows[i].status);
+    free(rows);
+    fm_store_run_clear(&run);
+    fm_store_close(&s);
+}
+
+static int rounds_logged(const char *db) { return procs_committed_rounds(db); }
+
+/* ---- cases ------------------------------------------------------------------- */
+
+static void test_quorum_reached(void **state)
+{
+    (void)state;
+    fm_server_config_t cfg;
+    small_config(&cfg, 3, 2);
+    fm_coordinator_t *c = start(&cfg);
+    const char *ids[] = {"a", "b", "c"};
+    for (int i = 0; i < 3; i++)
+        hello(c, ids[i], 100 + 100 * i, 0.0);
+    assert_int_equal(count_sent(NULL, FEDMOE__ENVELOPE__BODY_WELCOME, NULL), 3);
+    assert_int_equal(fm_coordinator_tick(c, 0.1), FM_OK);
+    assert_int_equal(count_sent(NULL, FEDMOE__ENVELOPE__BODY_TASK, NULL), 3);
+    for (int i = 0; i < 3; i++)
+        update(c, ids[i], 1.0f, 100 + 100 * i, false, 1.0);
+    assert_int_equal(fm_coordinator_round(c), 1);
+    assert_int_equal(fm_coordinator_tick(c, 1.1), FM_OK); /* all in: commits without waiting */
+    assert_int_equal(rounds_logged(cfg.db), 1);
+    /* round 2 opened at once, its task carries the mean: old model + 1 */
+    Fedmoe__Envelope *t1 = NULL, *t2 = NULL;
+    int n = count_sent("a", FEDMOE__ENVELOPE__BODY_TASK, &t2);
+    assert_int_equal(n, 2);
+    for (int i = 0; i < nsent; i++)
+        if (!strcmp(sent[i].id, "a") && sent[i].env->body_case == FEDMOE__ENVELOPE__BODY_TASK) {
+            t1 = sent[i].env;
+            break;
+        }
+    assert_int_equal(t2->task->round, 2);
+    const Fedmoe__Tensor *m1 = t1->task->model[0], *m2 = t2->task->model[0];
+    assert_int_equal(m1->data.len, m2->data.len);
+    for (size_t i = 0; i < m1->data.len / 4; i += 97) {
+        float x, y;
+        memcpy(&x, m1->data.data + 4 * i, 4);
+        memcpy(&y, m2->data.data + 4 * i, 4);
+        assert_true(fabsf(y - (x + 1.0f)) < 1e-5f);
+    }
+    finish(&c);
+}
+
+static void test_deadline_with_straggler(void **state)
+{
+    (void)state;
+    fm_server_config_t cfg;
+    small_config(&cfg, 3, 2);
+    fm_coordinator_t *c = start(&cfg);
+    hello(c, "a", 100, 0.0);
+    hello(c, "b", 100, 0.0);
+    hello(c, "slow", 100, 0.0);
+    fm_coordinator_tick(c, 0.0);
+    update(c, "a", 0.5f, 100, false, 5.0);
+    update(c, "b", 0.5f, 100, false, 6.0);
+    for (double t = 10.0; t < 100.0; t += 10.0) { /* the straggler is alive but never uploads */
+        heartbeat(c, "a", t);
+        heartbeat(c, "b", t);
+        heartbeat(c, "slow", t);
+        assert_int_equal(fm_coordinator_tick(c, t), FM_OK);
+        assert_int_equal(rounds_logged(cfg.db), 0);
+    }
+    assert_int_equal(fm_coordinator_tick(c, 100.5), FM_OK); /* the deadline */
+    assert_int_equal(rounds_logged(cfg.db), 1);
+    char st[16];
+    client_status(cfg.db, 1, "slow", st);
+    assert_string_equal(st, "dropped");
+    client_status(cfg.db, 1, "a", st);
+    assert_string_equal(st, "completed");
+    finish(&c);
+}
+
+static void test_refused_update_ends_its_part(void **state)
+{
+    (void)state;
+    fm_server_config_t cfg;
+    small_config(&cfg, 3, 2);
+    fm_coordinator_t *c = start(&cfg);
+    hello(c, "a", 100, 0.0);
+    hello(c, "b", 100, 0.0);
+    hello(c, "bad", 100, 0.0);
+    fm_coordinator_tick(c, 0.0);
+    update(c, "bad", 0.0f, 100, true, 1.0); /* one value short */
+    assert_int_equal(last_error_code("bad"), FM_WIRE_BAD_TENSOR);
+    update(c, "bad", 0.0f, 100, false, 1.5); /* too late: its part ended */
+    assert_int_equal(last_error_code("bad"), FM_WIRE_WRONG_ROUND);
+    update(c, "a", 0.0f, 100, false, 2.0);
+    update(c, "b", 0.0f, 100, false, 2.0);
+    /* nobody is awaited any more: the round commits now, not at the deadline */
+    assert_int_equal(fm_coordinator_tick(c, 2.1), FM_OK);
+    assert_int_equal(rounds_logged(cfg.db), 1);
+    char st[16];
+    client_status(cfg.db, 1, "bad", st);
+    assert_string_equal(st, "rejected");
+    finish(&c);
+}
+
+static void test_rehello_gets_task_again(void **state)
+{
+    (void)state;
+    fm_server_config_t cfg;
+    small_config(&cfg, 2, 2);
+    fm_coordinator_t *c = start(&cfg);
+    hello(c, "a", 100, 0.0);
+    hello(c, "b", 100, 0.0);
+    fm_coordinator_tick(c, 0.0);
+    assert_int_equal(count_sent("b", FEDMOE__ENVELOPE__BODY_TASK, NULL), 1);
+    update(c, "a", 0.0f, 100, false, 1.0);
+    /* b restarts mid-round, inside the client timeout: hello, then hello with its data */
+    hello(c, "b", 0, 3.0);
+    assert_int_equal(count_sent("b", FEDMOE__ENVELOPE__BODY_TASK, NULL), 1);
+    hello(c, "b", 100, 4.0);
+    assert_int_equal(count_sent("b", FEDMOE__ENVELOPE__BODY_TASK, NULL), 2);
+    update(c, "b", 0.0f, 100, false, 5.0);
+    assert_int_equal(fm_coordinator_tick(c, 5.1), FM_OK);
+    assert_int_equal(rounds_logged(cfg.db), 1);
+    finish(&c);
+}
+
+/* Quorum 3 of 3 with one client that heartbeats but never uploads: the deadline
+ * is extended FM_ROUND_MAX_EXTENSIONS times, then the client is dropped and the
+ * round abandoned; after failing twice it sits out, and with a fourth client the
+ * run goes on without waiting for it. */
+static void test_silent_worker_capped(void **state)
+{
+    (void)state;
+    fm_server_config_t cfg;
+    small_config(&cfg, 4, 3);
+    fm_coordinator_t *c = start(&cfg);
+    const char *good[] = {"a", "b"};
+    hello(c, "a", 100, 0.0);
+    hello(c, "b", 100, 0.0);
+    hello(c, "mute", 100, 0.0);
+    double t = 0.0;
+    fm_coordinator_tick(c, t);
+    for (int attempt = 0; attempt < 2; attempt++) {
+        for (int i = 0; i < 2; i++)
+            update(c, good[i], 0.0f, 100, false, t + 1.0);
+        double opened = t;
+        while (fm_coordinator_round_open(c) && count_sent("mute", FEDMOE__ENVELOPE__BODY_TASK, NULL) == attempt + 1 &&
+               t < opened + 1000.0) {
+            t += 5.0;
+            for (int i = 0; i < 2; i++)
+                heartbeat(c, good[i], t);
+            heartbeat(c, "mute", t);
+            assert_int_equal(fm_coordinator_tick(c, t), FM_OK);
+        }
+        /* each attempt took its timeout plus two extensions, not more */
+        assert_true(t > opened + 3 * cfg.round_timeout - 10.0 && t <= opened + 3 * cfg.round_timeout + 5.0);
+        assert_int_equal(rounds_logged(cfg.db), 0);
+    }
+    /* benched: only a and b are ready, short of the quorum, so no round opens */
+    assert_false(fm_coordinator_round_open(c));
+    assert_int_equal(count_sent("mute", FEDMOE__ENVELOPE__BODY_TASK, NULL), 2);
+    /* a fourth client joins and the run goes on without the mute one */
+    hello(c, "d", 100, t + 1.0);
+    assert_int_equal(fm_coordinator_tick(c, t + 1.0), FM_OK);
+    assert_int_equal(count_sent("mute", FEDMOE__ENVELOPE__BODY_TASK, NULL), 2);
+    assert_int_equal(count_sent("d", FEDMOE__ENVELOPE__BODY_TASK, NULL), 1);
+    update(c, "a", 0.0f, 100, false, t + 2.0);
+    update(c, "b", 0.0f, 100, false, t + 2.0);
+    update(c, "d", 0.0f, 100, false, t + 2.0);
+    assert_int_equal(fm_coordinator_tick(c, t + 2.1), FM_OK);
+    assert_int_equal(rounds_logged(cfg.db), 1);
+    finish(&c);
+}
+
+static void test_resume_from_checkpoint(void **state)
+{
+    (void)state;
+    fm_server_config_t cfg;
+    small_config(&cfg, 2, 2);
+    fm_coordinator_t *c = start(&cfg);
+    hello(c, "a", 100, 0.0);
+    hello(c, "b", 300, 0.0);
+    fm_coordinator_tick(c, 0.0);
+    update(c, "a", 1.0f, 100, false, 1.0);
+    update(c, "b", 2.0f, 300, false, 1.0);
+    fm_coordinator_tick(c, 1.0);
+    Fedmoe__Envelope *t2 = NULL;
+    assert_int_equal(count_sent("a", FEDMOE__ENVELOPE__BODY_TASK, &t2), 2);
+    size_t n = t2->task->model[0]->data.len;
+    uint8_t *expect = malloc(n);
+    memcpy(expect, t2->task->model[0]->data.data, n);
+    char run[64];
+    snprintf(run, sizeof run, "%s", fm_coordinator_run_id(c));
+    assert_int_equal(fm_coordinator_stop(c), FM_OK);
+    assert_int_equal(count_sent("a", FEDMOE__ENVELOPE__BODY_SHUTDOWN, NULL), 1);
+    finish(&c);
+    /* a new coordinator on the same database resumes at round 2 with the same state */
+    c = start(&cfg);
+    assert_string_equal(fm_coordinator_run_id(c), run);
+    assert_int_equal(fm_coordinator_round(c), 2);
+    hello(c, "a", 100, 0.0);
+    hello(c, "b", 300, 0.0);
+    fm_coordinator_tick(c, 0.0);
+    Fedmoe__Envelope *r2 = NULL;
+    assert_int_equal(count_sent("a", FEDMOE__ENVELOPE__BODY_TASK, &r2), 1);
+    assert_int_equal(r2->task->round, 2);
+    assert_memory_equal(r2->task->model[0]->data.data, expect, n);
+    free(expect);
+    finish(&c);
+}
+
+static void test_bad_bytes_and_unknown_clients(void **state)
+{
+    (void)state;
+    fm_server_config_t cfg;
+    small_config(&cfg, 2, 2);
+    fm_coordinator_t *c = start(&cfg);
+    fm_coordinator_handle(c, "x", (const uint8_t *)"\xff\xff\xff", 3, 0.0);
+    assert_int_equal(last_error_code("x"), FM_WIRE_MALFORMED);
+    heartbeat(c, "y", 0.0);
+    assert_int_equal(last_error_code("y"), FM_WIRE_UNKNOWN_CLIENT);
+    hello(c, "a", 100, 0.0);
+    hello(c, "b", 100, 0.0);
+    hello(c, "c", 100, 0.0); /* two partitions only */
+    assert_int_equal(last_error_code("c"), FM_WIRE_REJECTED);
+    finish(&c);
+}
+
+int main(void)
+{
+    fm_log_set_level(FM_LOG_ERROR);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_quorum_reached),
+        cmocka_unit_test(test_deadline_with_straggler),
+        cmocka_unit_test(test_refused_update_ends_its_part),
+        cmocka_unit_test(test_rehello_gets_task_again),
+        cmocka_unit_test(test_silent_worker_capped),
+        cmocka_unit_test(test_resume_from_checkpoint),
+        cmocka_unit_test(test_bad_bytes_and_unknown_clients),
+    };
+    return procs_run_tests("coordinator", tests, sizeof tests / sizeof tests[0], dir, sizeof dir);
+}
