@@ -92,7 +92,8 @@ static int bench_train(int argc, char **argv)
     fm_train_config_t tc;
     fm_train_config_default(&tc);
     tc.batch = batch;
-    if (fm_model_new(&m, &mc, 1, FM_STREAM_LOCAL) != FM_OK || fm_trainer_new(&t, m, &tc, 1, 1) != FM_OK) {
+    if (fm_model_new(&m, &mc, 1, fm_rng_stream(FM_STREAM_LOCAL, 0)) != FM_OK ||
+        fm_trainer_new(&t, m, &tc, 1, fm_rng_stream(FM_STREAM_SHUFFLE, 0)) != FM_OK) {
         fprintf(stderr, "fedmoe-bench: %s\n", fm_error_last());
         return 1;
     }

@@ -215,8 +215,8 @@ int main(int argc, char **argv)
     fm_model_t *m = NULL;
     fm_trainer_t *t = NULL;
     int rc = 0;
-    if (fm_model_new(&m, &mc, seed, FM_STREAM_LOCAL + (uint64_t)ds.index) != FM_OK ||
-        fm_trainer_new(&t, m, &tc, seed, FM_STREAM_LOCAL + (uint64_t)ds.index) != FM_OK) {
+    if (fm_model_new(&m, &mc, seed, fm_rng_stream(FM_STREAM_LOCAL, (uint64_t)ds.index)) != FM_OK ||
+        fm_trainer_new(&t, m, &tc, seed, fm_rng_stream(FM_STREAM_SHUFFLE, (uint64_t)ds.index)) != FM_OK) {
         rc = fail();
         goto out;
     }

@@ -339,9 +339,10 @@ static fm_status handle_welcome(session_t *s, const Fedmoe__Welcome *w)
                      s->data.classes, s->spec.model.in_dim, s->spec.model.classes);
         return FM_ERR_ARG;
     }
-    uint64_t stream = FM_STREAM_LOCAL + (uint64_t)s->partition;
-    if ((st = fm_model_new(&s->model, &s->spec.model, s->spec.seed, stream)) != FM_OK ||
-        (st = fm_trainer_new(&s->trainer, s->model, &s->spec.train, s->spec.seed, stream)) != FM_OK)
+    uint64_t index = (uint64_t)s->partition;
+    if ((st = fm_model_new(&s->model, &s->spec.model, s->spec.seed, fm_rng_stream(FM_STREAM_LOCAL, index))) != FM_OK ||
+        (st = fm_trainer_new(&s->trainer, s->model, &s->spec.train, s->spec.seed,
+                             fm_rng_stream(FM_STREAM_SHUFFLE, index))) != FM_OK)
         return st;
     fm_trainer_set_progress(s->trainer, on_progress, s, 10);
     s->dims = fm_exchange_dims(&s->spec, fm_federated_size(s->model, s->spec.strategy));

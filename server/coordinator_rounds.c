@@ -63,7 +63,7 @@ static fm_status try_open_round(fm_coordinator_t *c, double now)
             if (selectable(fm_registry_at(c->reg, order[i]), round))
                 cand[k++] = (uint32_t)order[i];
         fm_rng_t r;
-        fm_rng_init(&r, c->spec.seed, 0x5E1EC7ull ^ ((uint64_t)round << 20));
+        fm_rng_init(&r, c->spec.seed, fm_rng_stream(FM_STREAM_SELECT, (uint64_t)round));
         fm_rng_shuffle(&r, cand, (size_t)ready);
         int want = (int)ceil(c->cfg.fraction * ready);
         want = want < c->cfg.min_clients ? c->cfg.min_clients : want > ready ? ready : want;

@@ -98,7 +98,7 @@ static fm_status start_or_resume(fm_coordinator_t *c)
     if (found)
         fm_store_run_clear(&latest);
     fm_rng_t r;
-    fm_rng_init(&r, (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32), 0);
+    fm_rng_init(&r, (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32), fm_rng_stream(FM_STREAM_RUN_ID, 0));
     char stamp[32];
     fm_clock_utc(stamp);
     snprintf(c->run_id, sizeof c->run_id, "run-%.4s%.2s%.2s-%.2s%.2s%.2s-%04x", stamp, stamp + 5, stamp + 8,
@@ -150,7 +150,7 @@ static fm_status check_config(const fm_server_config_t *cfg)
 static fm_status initial_state(fm_coordinator_t *c)
 {
     fm_model_t *tmpl = NULL;
-    fm_status st = fm_model_new(&tmpl, &c->spec.model, c->spec.seed, FM_STREAM_INIT);
+    fm_status st = fm_model_new(&tmpl, &c->spec.model, c->spec.seed, fm_rng_stream(FM_STREAM_INIT, 1));
     if (st != FM_OK)
         return st;
     c->dims = fm_exchange_dims(&c->spec, fm_federated_size(tmpl, c->spec.strategy));

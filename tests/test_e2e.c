@@ -347,7 +347,7 @@ static void test_coordinator_average_any_order(void **state)
     spec.strategy = FM_STRATEGY_COMIGS;
     fm_run_spec_finish(&spec);
     fm_model_t *m;
-    assert_int_equal(fm_model_new(&m, &spec.model, spec.seed, FM_STREAM_INIT), FM_OK);
+    assert_int_equal(fm_model_new(&m, &spec.model, spec.seed, fm_rng_stream(FM_STREAM_INIT, 1)), FM_OK);
     size_t n = fm_federated_size(m, FM_STRATEGY_COMIGS);
     fm_model_destroy(&m);
     float *vecs[3];

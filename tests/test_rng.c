@@ -49,6 +49,44 @@ static void test_streams_are_deterministic_and_distinct(void **state)
     assert_true(same_c < 3);
 }
 
+/* The stream table: fm_rng_stream has a left inverse (purpose, index) over every
+ * purpose and the full index range, so it is injective: no two (purpose, index)
+ * pairs share a stream. Checked at both ends of the range, at every power of two
+ * and at random indices; and the old collision (a client's split stream equal to
+ * another purpose's stream) cannot recur. */
+static void test_stream_table_is_injective(void **state)
+{
+    (void)state;
+    fm_rng_t r;
+    fm_rng_init(&r, 4, fm_rng_stream(FM_STREAM_TEST, 0));
+    for (int p = 1; p < FM_STREAM_PURPOSES; p++) {
+        uint64_t probe[64 + 3 + 1000];
+        int n = 0;
+        probe[n++] = 0;
+        probe[n++] = FM_STREAM_INDEX_MAX;
+        probe[n++] = FM_STREAM_INDEX_MAX - 1;
+        for (int b = 0; b < 56; b++)
+            probe[n++] = 1ull << b;
+        for (int i = 0; i < 1000; i++)
+            probe[n++] = fm_rng_u64(&r) & FM_STREAM_INDEX_MAX;
+        for (int i = 0; i < n; i++) {
+            uint64_t id = fm_rng_stream((fm_stream_purpose)p, probe[i]);
+            assert_int_equal(fm_rng_stream_purpose(id), p);
+            assert_true(fm_rng_stream_index(id) == probe[i]);
+        }
+    }
+    /* streams of different purposes differ even at equal indices, and two clients'
+     * streams of one purpose differ */
+    for (uint64_t i = 0; i < 70000; i += 97)
+        for (int p = 1; p < FM_STREAM_PURPOSES; p++)
+            for (int q = p + 1; q < FM_STREAM_PURPOSES; q++) {
+                assert_true(fm_rng_stream((fm_stream_purpose)p, i) != fm_rng_stream((fm_stream_purpose)q, i));
+                assert_true(fm_rng_stream((fm_stream_purpose)p, i) != fm_rng_stream((fm_stream_purpose)q, i + 65284));
+            }
+    assert_true(fm_rng_stream(FM_STREAM_LOCAL, 3) != fm_rng_stream(FM_STREAM_SHUFFLE, 3));
+    assert_true(fm_rng_stream(FM_STREAM_LOCAL, 3) != fm_rng_stream(FM_STREAM_LOCAL, 4));
+}
+
 static void test_distributions(void **state)
 {
     (void)state;
@@ -99,6 +137,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_philox_known_answers),
         cmocka_unit_test(test_streams_are_deterministic_and_distinct),
+        cmocka_unit_test(test_stream_table_is_injective),
         cmocka_unit_test(test_distributions),
         cmocka_unit_test(test_shuffle_is_permutation),
     };

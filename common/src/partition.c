@@ -7,8 +7,6 @@
 #include "fedmoe/log.h"
 #include "fedmoe/rng.h"
 
-#define FM_STREAM_SPLIT 4u
-#define FM_STREAM_HOLDOUT 5u
 #define DIRICHLET_MAX_TRIES 1000
 
 void fm_partition_config_default(fm_partition_config_t *c)
@@ -108,7 +106,7 @@ fm_status fm_partition_make(fm_partition_t *p, const uint8_t *labels, size_t n, 
         goto out;
     st = FM_ERR_NOMEM;
     fm_rng_t r;
-    fm_rng_init(&r, seed, FM_STREAM_PARTITION);
+    fm_rng_init(&r, seed, fm_rng_stream(FM_STREAM_PARTITION, 0));
     if (cfg->kind == FM_PARTITION_DIRICHLET) {
         int tries = 0;
         for (;;) {
@@ -282,7 +280,7 @@ out:
 fm_status fm_split_make(fm_split_t *s, const uint32_t *idx, size_t n, const uint8_t *labels, int classes,
                         uint64_t seed, int client, double test_frac, double val_frac)
 {
-    return split_stream(s, idx, n, labels, classes, seed, ((uint64_t)(uint32_t)client << 16) | FM_STREAM_SPLIT,
+    return split_stream(s, idx, n, labels, classes, seed, fm_rng_stream(FM_STREAM_SPLIT, (uint32_t)client),
                         test_frac, val_frac);
 }
 
@@ -299,7 +297,7 @@ fm_status fm_split_holdout(fm_split_t *s, const uint8_t *labels, int classes, ui
     memcpy(rest + s->n_train, s->val, sizeof(uint32_t) * s->n_val);
     fm_split_t again;
     fm_status st = split_stream(&again, rest, n, labels, classes, seed,
-                                ((uint64_t)(uint32_t)client << 16) | FM_STREAM_HOLDOUT, test_frac, val_frac);
+                                fm_rng_stream(FM_STREAM_HOLDOUT, (uint32_t)client), test_frac, val_frac);
     free(rest);
     if (st != FM_OK)
         return st;

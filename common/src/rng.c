@@ -1,5 +1,6 @@
 #include "fedmoe/rng.h"
 
+#include <assert.h>
 #include <math.h>
 
 #define PHILOX_M0 0xD2511F53u
@@ -25,6 +26,15 @@ void fm_philox4x32_10(const uint32_t in[4], const uint32_t key_in[2], uint32_t o
     }
     out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
 }
+
+uint64_t fm_rng_stream(fm_stream_purpose purpose, uint64_t index)
+{
+    assert((unsigned)purpose < FM_STREAM_PURPOSES && index <= FM_STREAM_INDEX_MAX);
+    return ((uint64_t)purpose << 56) | index;
+}
+
+fm_stream_purpose fm_rng_stream_purpose(uint64_t stream) { return (fm_stream_purpose)(stream >> 56); }
+uint64_t fm_rng_stream_index(uint64_t stream) { return stream & FM_STREAM_INDEX_MAX; }
 
 void fm_rng_init(fm_rng_t *r, uint64_t seed, uint64_t stream)
 {

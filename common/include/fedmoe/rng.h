@@ -10,13 +10,33 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Named streams: independent sequences drawn from one run seed. */
-enum {
-    FM_STREAM_ENCODER = 1,    /* the frozen class-text encoder */
-    FM_STREAM_PARTITION = 2,  /* client partitions and splits */
-    FM_STREAM_INIT = 3,       /* initial model parameters (shared part) */
-    FM_STREAM_LOCAL = 0x100,  /* + client index: a client's own draws */
-};
+/* The one stream table. Every random sequence is drawn from (seed, stream) and
+ * every stream id is fm_rng_stream(purpose, index): the purpose in the top 8
+ * bits, the index (a client's partition, a round) in the low 56. Two different
+ * (purpose, index) pairs never share a stream, for any index up to
+ * FM_STREAM_INDEX_MAX, so no two purposes can collide (tests/test_rng.c). */
+typedef enum {
+    FM_STREAM_ENCODER = 1,  /* the frozen class-text encoder (index 0) */
+    FM_STREAM_PARTITION,    /* client partitions (index 0) */
+    FM_STREAM_INIT,         /* initial shared and prompt parameters (index 0); the coordinator's
+                             * initial local parameters, for strategies that average them (1) */
+    FM_STREAM_SPLIT,        /* a client's train / validation / test split (client index) */
+    FM_STREAM_HOLDOUT,      /* a client's holdout re-split (client index) */
+    FM_STREAM_LOCAL,        /* a client's initial local parameters (partition index) */
+    FM_STREAM_SHUFFLE,      /* a client's batch order (partition index) */
+    FM_STREAM_SELECT,       /* the coordinator's choice of participants (round) */
+    FM_STREAM_RUN_ID,       /* a new run's id suffix (index 0; seeded from the clock) */
+    FM_STREAM_TEST,         /* tests, benchmarks and tools (any index) */
+    FM_STREAM_PURPOSES      /* count; at most 256 */
+} fm_stream_purpose;
+
+#define FM_STREAM_INDEX_MAX ((1ull << 56) - 1)
+
+/* The stream id of (purpose, index); index must be <= FM_STREAM_INDEX_MAX. */
+uint64_t fm_rng_stream(fm_stream_purpose purpose, uint64_t index);
+/* The inverse: the purpose and index a stream id was made from. */
+fm_stream_purpose fm_rng_stream_purpose(uint64_t stream);
+uint64_t fm_rng_stream_index(uint64_t stream);
 
 typedef struct {
     uint32_t key[2];
