@@ -51,7 +51,7 @@ bool fm_strategy_averages_local(fm_strategy s);
 /* Whether parameter p is part of the federated vector under s. */
 bool fm_strategy_federates(fm_strategy s, const fm_param_t *p);
 
-typedef struct {
+typedef struct fm_run_spec {
     fm_strategy strategy;
     uint64_t seed;
     fm_model_config_t model;
