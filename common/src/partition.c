@@ -17,6 +17,24 @@ void fm_partition_config_default(fm_partition_config_t *c)
     c->min_samples = 40;
 }
 
+static const char *kind_names[] = {"dirichlet", "pathological", "iid"};
+
+const char *fm_partition_kind_name(fm_partition_kind k)
+{
+    return (unsigned)k < 3 ? kind_names[k] : "dirichlet";
+}
+
+fm_status fm_partition_kind_parse(const char *name, fm_partition_kind *out)
+{
+    for (int i = 0; i < 3; i++)
+        if (strcmp(name, kind_names[i]) == 0) {
+            *out = (fm_partition_kind)i;
+            return FM_OK;
+        }
+    fm_error_set("unknown partition scheme '%.20s'", name);
+    return FM_ERR_ARG;
+}
+
 /* A growable list of indices per client. */
 typedef struct {
     uint32_t *v;

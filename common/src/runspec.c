@@ -104,11 +104,6 @@ fm_status fm_run_spec_finish(fm_run_spec_t *s)
     return FM_OK;
 }
 
-const char *fm_partition_scheme_name(fm_partition_kind k)
-{
-    return k == FM_PARTITION_PATHOLOGICAL ? "pathological" : k == FM_PARTITION_IID ? "iid" : "dirichlet";
-}
-
 size_t fm_run_spec_json(const fm_run_spec_t *s, char *buf, size_t cap)
 {
     const fm_model_config_t *c = &s->model;
@@ -122,7 +117,7 @@ size_t fm_run_spec_json(const fm_run_spec_t *s, char *buf, size_t cap)
         "\"attn_scale\":%g,\"lambda\":%g,\"tau\":%g,\"gating\":%s,\"gating_on_validation\":%s},"
         "\"train\":{\"batch\":%d,\"expert_steps\":%d,\"router_steps\":%d,\"lr\":%g,\"router_lr\":%g,"
         "\"weight_decay\":%g,\"local_epochs\":%d,\"lb_in_upper\":%s,\"anchor\":%g,\"lr_schedule\":\"%s\"}}",
-        fm_strategy_name(s->strategy), (unsigned long long)s->seed, s->dataset, fm_partition_scheme_name(s->part.kind),
+        fm_strategy_name(s->strategy), (unsigned long long)s->seed, s->dataset, fm_partition_kind_name(s->part.kind),
         s->part.alpha, s->part.classes_per_client, s->part.min_samples, s->partition_count, s->holdout ? "true" : "false",
         c->stem == FM_STEM_CNN ? "cnn" : "mlp", c->in_dim, c->classes, c->d, c->blocks, c->generalists,
         c->specialists, c->ffn_hidden, c->top_k, c->lb_weight, c->generalist_importance, c->prompt_len,

@@ -45,7 +45,7 @@ static void spec_to_pb(const fm_run_spec_t *s, Fedmoe__ModelSpec *m, Fedmoe__Tra
     t->anchor = s->train.anchor;
     fedmoe__data_spec__init(d);
     d->dataset = (char *)s->dataset;
-    d->scheme = (char *)fm_partition_scheme_name(s->part.kind);
+    d->scheme = (char *)fm_partition_kind_name(s->part.kind);
     d->alpha = s->part.alpha;
     d->classes_per_client = (uint32_t)s->part.classes_per_client;
     d->min_samples = (uint32_t)s->part.min_samples;
@@ -86,11 +86,7 @@ fm_status fm_run_spec_from_welcome(fm_run_spec_t *s, const Fedmoe__Welcome *w, i
     c->img_h = CAP_INT(m->img_h, 1u << 16);
     c->img_w = CAP_INT(m->img_w, 1u << 16);
     c->classes = CAP_INT(m->classes, 256);
-    if (strcmp(m->stem, "mlp") == 0)
-        c->stem = FM_STEM_MLP;
-    else if (strcmp(m->stem, "cnn") == 0)
-        c->stem = FM_STEM_CNN;
-    else {
+    if (fm_stem_parse("stem", m->stem, &c->stem) != FM_OK) {
         fm_error_set("unknown stem '%.20s'", m->stem);
         return FM_ERR_FORMAT;
     }
@@ -133,16 +129,8 @@ fm_status fm_run_spec_from_welcome(fm_run_spec_t *s, const Fedmoe__Welcome *w, i
     s->local_epochs = CAP_INT(t->local_epochs, 1000);
     const Fedmoe__DataSpec *d = w->data;
     snprintf(s->dataset, sizeof s->dataset, "%s", d->dataset);
-    if (strcmp(d->scheme, "dirichlet") == 0)
-        s->part.kind = FM_PARTITION_DIRICHLET;
-    else if (strcmp(d->scheme, "pathological") == 0)
-        s->part.kind = FM_PARTITION_PATHOLOGICAL;
-    else if (strcmp(d->scheme, "iid") == 0)
-        s->part.kind = FM_PARTITION_IID;
-    else {
-        fm_error_set("unknown partition scheme '%.20s'", d->scheme);
+    if (fm_partition_kind_parse(d->scheme, &s->part.kind) != FM_OK)
         return FM_ERR_FORMAT;
-    }
     s->part.alpha = d->alpha;
     s->part.classes_per_client = CAP_INT(d->classes_per_client, 256);
     s->part.min_samples = d->min_samples;

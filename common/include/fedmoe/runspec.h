@@ -40,8 +40,6 @@ fm_status fm_lr_schedule_parse(const char *flag, const char *name, fm_lr_schedul
 float fm_lr_schedule_scale(fm_lr_schedule s, int round, int rounds);
 
 const char *fm_strategy_name(fm_strategy s);
-/* "dirichlet", "pathological" or "iid". */
-const char *fm_partition_scheme_name(fm_partition_kind k);
 fm_status fm_strategy_parse(const char *name, fm_strategy *out);
 /* Clients upload prompts and receive the global prompt. */
 bool fm_strategy_shares_prompt(fm_strategy s);
@@ -52,7 +50,7 @@ bool fm_strategy_averages_local(fm_strategy s);
 /* Whether parameter p is part of the federated vector under s. */
 bool fm_strategy_federates(fm_strategy s, const fm_param_t *p);
 
-typedef struct {
+typedef struct fm_run_spec {
     fm_strategy strategy;
     uint64_t seed;
     fm_model_config_t model;

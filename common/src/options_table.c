@@ -1,0 +1,246 @@
+/* options_table.c - the rows of the option table (fedmoe/options.h), the parsers
+ * of the values that are not plain numbers, and each program's defaults. */
+#include "fedmoe/options.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "fedmoe/args.h"
+#include "fedmoe/log.h"
+#include "fedmoe/runspec.h"
+#include "fedmoe/wire.h"
+
+#define S FM_PROG_SERVER
+#define C FM_PROG_CLIENT
+#define M FM_PROG_SIM
+#define SPEC FM_OPTF_SPEC
+#define NOCONF FM_OPTF_NOCONFIG
+#define O(field) offsetof(fm_options_t, field), sizeof(((fm_options_t *)0)->field)
+#define R(field) offsetof(fm_run_spec_t, field), sizeof(((fm_run_spec_t *)0)->field)
+
+/* A flag without a value (NULL) is on; a config key takes true / false. */
+static fm_status flag_on(const char *flag, const char *v, bool *on) { return fm_arg_bool(flag, v, on); }
+
+static fm_status set_strategy(fm_options_t *o, const char *flag, const char *v)
+{
+    if (fm_strategy_parse(v, &o->spec->strategy) == FM_OK)
+        return FM_OK;
+    fm_error_set("%s: '%s' is not one of local, fedavg, comigs, pfedmoap, full", flag, v);
+    return FM_ERR_ARG;
+}
+
+static void show_strategy(const fm_options_t *o, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", fm_strategy_name(o->spec->strategy));
+}
+
+static fm_status set_stem(fm_options_t *o, const char *flag, const char *v)
+{
+    return fm_stem_parse(flag, v, &o->spec->model.stem);
+}
+
+static void show_stem(const fm_options_t *o, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", o->spec->model.stem == FM_STEM_CNN ? "cnn" : "mlp");
+}
+
+static fm_status set_schedule(fm_options_t *o, const char *flag, const char *v)
+{
+    return fm_lr_schedule_parse(flag, v, &o->spec->lr_schedule);
+}
+
+static void show_schedule(const fm_options_t *o, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", fm_lr_schedule_name(o->spec->lr_schedule));
+}
+
+/* The partition scheme: three flags, each choosing the scheme and its parameter. */
+static fm_status set_dirichlet(fm_options_t *o, const char *flag, const char *v)
+{
+    o->spec->part.kind = FM_PARTITION_DIRICHLET;
+    return fm_arg_double(flag, v, 1e-4, 1e4, &o->spec->part.alpha);
+}
+
+static void show_dirichlet(const fm_options_t *o, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%g", o->spec->part.alpha);
+}
+
+static fm_status set_pathological(fm_options_t *o, const char *flag, const char *v)
+{
+    o->spec->part.kind = FM_PARTITION_PATHOLOGICAL;
+    return fm_arg_int(flag, v, 1, 256, &o->spec->part.classes_per_client);
+}
+
+static fm_status set_iid(fm_options_t *o, const char *flag, const char *v)
+{
+    bool on;
+    fm_status st = flag_on(flag, v, &on);
+    if (st == FM_OK && on)
+        o->spec->part.kind = FM_PARTITION_IID;
+    return st;
+}
+
+static fm_status set_no_gating(fm_options_t *o, const char *flag, const char *v)
+{
+    bool on;
+    fm_status st = flag_on(flag, v, &on);
+    if (st == FM_OK && on)
+        o->spec->model.gating = false;
+    return st;
+}
+
+static fm_status set_partition(fm_options_t *o, const char *flag, const char *v)
+{
+    return fm_arg_fraction(flag, v, 100000, &o->partition_index, &o->partition_count);
+}
+
+static fm_status set_id(fm_options_t *o, const char *flag, const char *v)
+{
+    if (!fm_wire_valid_id(v, strlen(v))) {
+        fm_error_set("%s: '%s' must be 1 to 63 of [A-Za-z0-9._-]", flag, v);
+        return FM_ERR_ARG;
+    }
+    snprintf(o->id, sizeof o->id, "%s", v);
+    return FM_OK;
+}
+
+/* name, short, type, arg, min, max, programs, flags, where, set, show, default text, group, help */
+static const fm_option_t table[] = {
+    /* the run */
+    {"config", 0, FM_OPT_STRING, "FILE", 0, 0, S, NOCONF, O(config), NULL, NULL, "", FM_OPT_G_RUN,
+     "INI file of the options below (key = value, names without dashes);\nflags given after it win"},
+    {"standalone", 0, FM_OPT_SWITCH, NULL, 0, 0, C, 0, O(standalone), NULL, NULL, NULL, FM_OPT_G_RUN,
+     "train on one client's data, or all of it centrally, without a coordinator"},
+    {"bind", 0, FM_OPT_STRING, "ENDPOINT", 0, 0, S, 0, O(bind), NULL, NULL, NULL, FM_OPT_G_RUN,
+     "ZeroMQ endpoint to bind"},
+    {"clients", 0, FM_OPT_INT, "N", 1, 1000, M, 0, O(clients), NULL, NULL, NULL, FM_OPT_G_RUN,
+     "client processes, one partition each"},
+    {"rounds", 0, FM_OPT_INT, "N", 1, 1000000, S | M, 0, O(rounds), NULL, NULL, NULL, FM_OPT_G_RUN,
+     "rounds in the run"},
+    {"min-clients", 0, FM_OPT_INT, "N", 1, 100000, S, 0, O(min_clients), NULL, NULL, NULL, FM_OPT_G_RUN,
+     "clients a round needs and its quorum"},
+    {"fraction", 0, FM_OPT_DOUBLE, "F", 1e-6, 1.0, S | M, 0, O(fraction), NULL, NULL, NULL, FM_OPT_G_RUN,
+     "fraction of connected clients per round, 0 < F <= 1"},
+    {"round-timeout", 0, FM_OPT_DOUBLE, "S", 0.001, 1e7, S | M, 0, O(round_timeout), NULL, NULL, NULL, FM_OPT_G_RUN,
+     "seconds a round waits for updates"},
+    {"client-timeout", 0, FM_OPT_DOUBLE, "S", 0.5, 1e7, S, 0, O(client_timeout), NULL, NULL, NULL, FM_OPT_G_RUN,
+     "seconds without a message (clients send a heartbeat every second,\n"
+     "also while training) before a client is taken as gone"},
+    {"strategy", 0, FM_OPT_CUSTOM, "S", 0, 0, S | M, 0, 0, 0, set_strategy, show_strategy, NULL, FM_OPT_G_RUN,
+     "local, fedavg, comigs, pfedmoap or full"},
+    {"seed", 0, FM_OPT_U64, "N", 0, 0, S | C | M, SPEC, R(seed), NULL, NULL, NULL, FM_OPT_G_RUN, "run seed"},
+    {"db", 0, FM_OPT_STRING, "PATH", 0, 0, S | M, 0, O(db), NULL, NULL, NULL, FM_OPT_G_RUN,
+     "SQLite round log"},
+    {"new-run", 0, FM_OPT_SWITCH, NULL, 0, 0, S, 0, O(new_run), NULL, NULL, NULL, FM_OPT_G_RUN,
+     "start a new run even if the latest one is unfinished"},
+    /* a client of a coordinator */
+    {"connect", 0, FM_OPT_STRING, "ENDPOINT", 0, 0, C, 0, O(connect), NULL, NULL, NULL, FM_OPT_G_FEDERATED,
+     "coordinator"},
+    {"id", 0, FM_OPT_CUSTOM, "ID", 0, 0, C, 0, 0, 0, set_id, NULL, "HOST-PID", FM_OPT_G_FEDERATED,
+     "client id, [A-Za-z0-9._-]{1,63}"},
+    {"state-dir", 0, FM_OPT_STRING, "DIR", 0, 0, C, 0, O(state_dir), NULL, NULL, NULL, FM_OPT_G_FEDERATED,
+     "keep local state there, to continue after a restart"},
+    {"connect-timeout", 0, FM_OPT_DOUBLE, "S", 0.0, 1e7, C, 0, O(connect_timeout), NULL, NULL, "wait",
+     FM_OPT_G_FEDERATED, "give up if no welcome within S seconds"},
+    /* data */
+    {"dataset", 0, FM_OPT_STRING, "SPEC", 0, 0, S | C | M, SPEC, R(dataset), NULL, NULL, NULL, FM_OPT_G_DATA,
+     "fmnist, fmnist:DIR, idx:IMAGES,LABELS or csv:PATH"},
+    {"partitions", 0, FM_OPT_INT, "N", 1, 100000, S, SPEC, R(partition_count), NULL, NULL, NULL, FM_OPT_G_DATA,
+     "number of partitions, i.e. clients"},
+    {"partition", 0, FM_OPT_CUSTOM, "I/N", 0, 0, C, 0, 0, 0, set_partition, NULL, "", FM_OPT_G_DATA,
+     "train partition I of N (standalone default: all data;\n"
+     "federated default: the coordinator assigns one)"},
+    {"dirichlet", 0, FM_OPT_CUSTOM, "ALPHA", 0, 0, S | C | M, 0, 0, 0, set_dirichlet, show_dirichlet, NULL,
+     FM_OPT_G_DATA, "Dirichlet label skew"},
+    {"pathological", 0, FM_OPT_CUSTOM, "S", 0, 0, S | C | M, 0, 0, 0, set_pathological, NULL, "", FM_OPT_G_DATA,
+     "S classes per client instead"},
+    {"iid", 0, FM_OPT_CUSTOM, NULL, 0, 0, S | C | M, 0, 0, 0, set_iid, NULL, "", FM_OPT_G_DATA,
+     "uniform random partition instead"},
+    {"min-samples", 0, FM_OPT_SIZE, "N", 0, 1 << 30, C, SPEC, R(part.min_samples), NULL, NULL, NULL, FM_OPT_G_DATA,
+     "Dirichlet: at least N examples per client"},
+    {"holdout", 0, FM_OPT_SWITCH, NULL, 0, 0, S | M, SPEC, R(holdout), NULL, NULL, NULL, FM_OPT_G_DATA,
+     "tuning run: clients evaluate on a held-out quarter of their train\n"
+     "and validation data, never on their test split"},
+    /* the model */
+    {"stem", 0, FM_OPT_CUSTOM, "mlp|cnn", 0, 0, S | C | M, 0, 0, 0, set_stem, show_stem, NULL, FM_OPT_G_MODEL,
+     "the stem"},
+    {"generalists", 0, FM_OPT_INT, "G", 0, 64, S | C | M, SPEC, R(model.generalists), NULL, NULL, NULL,
+     FM_OPT_G_MODEL, "shared (generalist) experts per block"},
+    {"specialists", 0, FM_OPT_INT, "S", 0, 63, S | C | M, SPEC, R(model.specialists), NULL, NULL, NULL,
+     FM_OPT_G_MODEL, "specialist experts per block of each client; fedavg and pfedmoap\n"
+     "need the same count on every client"},
+    {"blocks", 0, FM_OPT_INT, "L", 0, 64, C, SPEC, R(model.blocks), NULL, NULL, NULL, FM_OPT_G_MODEL, "MoE blocks"},
+    {"tau", 0, FM_OPT_FLOAT, "T", 0.01, 1000.0, S | C | M, SPEC, R(model.tau), NULL, NULL, NULL, FM_OPT_G_MODEL,
+     "logit scale of the prompt head"},
+    {"no-gating", 0, FM_OPT_CUSTOM, NULL, 0, 0, C, 0, 0, 0, set_no_gating, NULL, "", FM_OPT_G_MODEL,
+     "no attention gating (plain local logits)"},
+    {"gating-on-validation", 0, FM_OPT_SWITCH, NULL, 0, 0, C, SPEC, R(model.gating_on_validation), NULL, NULL,
+     NULL, FM_OPT_G_MODEL, "train the gating in the upper (validation) level"},
+    /* training */
+    {"local-epochs", 0, FM_OPT_INT, "N", 1, 1000, S | M, SPEC, R(local_epochs), NULL, NULL, NULL, FM_OPT_G_TRAIN,
+     "passes over a client's train split per round"},
+    {"epochs", 0, FM_OPT_INT, "N", 0, 1000000, C, 0, O(epochs), NULL, NULL, NULL, FM_OPT_G_TRAIN,
+     "passes over the train split"},
+    {"batch", 0, FM_OPT_INT, "B", 1, 65536, S | C | M, SPEC, R(train.batch), NULL, NULL, NULL, FM_OPT_G_TRAIN,
+     "batch size"},
+    {"lr", 0, FM_OPT_FLOAT, "LR", 0.0, 10.0, S | C, SPEC, R(train.lower.lr), NULL, NULL, NULL, FM_OPT_G_TRAIN,
+     "expert learning rate"},
+    {"router-lr", 0, FM_OPT_FLOAT, "LR", 0.0, 10.0, S | C, SPEC, R(train.upper.lr), NULL, NULL, NULL,
+     FM_OPT_G_TRAIN, "router learning rate"},
+    {"lr-schedule", 0, FM_OPT_CUSTOM, "S", 0, 0, S | M, 0, 0, 0, set_schedule, show_schedule, NULL, FM_OPT_G_TRAIN,
+     "constant, or cosine: both rates decay over the rounds\nfrom 1x to 0.05x"},
+    {"schedule", 0, FM_OPT_CUSTOM, "S", 0, 0, C, 0, 0, 0, set_schedule, show_schedule, NULL, FM_OPT_G_TRAIN,
+     "cosine or constant learning rate over the epochs"},
+    {"expert-steps", 0, FM_OPT_INT, "N", 1, 1 << 30, S | C, SPEC, R(train.expert_steps), NULL, NULL, NULL,
+     FM_OPT_G_TRAIN, "T_e, lower-level (expert) steps per cycle"},
+    {"router-steps", 0, FM_OPT_INT, "N", 0, 1 << 30, S | C, SPEC, R(train.router_steps), NULL, NULL, NULL,
+     FM_OPT_G_TRAIN, "T_r, upper-level (router) steps per cycle; 0 = none"},
+    {"weight-decay", 0, FM_OPT_FLOAT, "W", 0.0, 1000.0, S | M, SPEC, R(train.lower.weight_decay), NULL, NULL, NULL,
+     FM_OPT_G_TRAIN, "AdamW weight decay of the experts' matrices"},
+    {"anchor", 0, FM_OPT_FLOAT, "A", 0.0, 1e6, S | M, SPEC, R(train.anchor), NULL, NULL, NULL, FM_OPT_G_TRAIN,
+     "after each expert step, specialists move lr x A of the way toward\n"
+     "their block's mean generalist, where specialists stay local\n"
+     "(local, comigs, full); 0 turns it off"},
+    {"threads", 0, FM_OPT_INT, "N", 1, 256, C, 0, O(threads), NULL, NULL, NULL, FM_OPT_G_TRAIN, "OpenBLAS threads"},
+    /* the rest */
+    {"max-message", 0, FM_OPT_SIZE, "BYTES", 1024, (double)(1LL << 40), S, 0, O(max_message), NULL, NULL,
+     "twice the model, plus 1 MiB", FM_OPT_G_END, "largest message accepted"},
+    {"port", 0, FM_OPT_INT, "P", 1, 65535, M, 0, O(port), NULL, NULL, "a free one", FM_OPT_G_END,
+     "loopback port of the coordinator"},
+    {"workdir", 0, FM_OPT_STRING, "DIR", 0, 0, M, 0, O(workdir), NULL, NULL, "a new folder in /tmp", FM_OPT_G_END,
+     "logs and client state"},
+    {"verbose", 'v', FM_OPT_SWITCH, NULL, 0, 0, S | C, 0, O(verbose), NULL, NULL, NULL, FM_OPT_G_END,
+     "debug logging"},
+    {"help", 'h', FM_OPT_SWITCH, NULL, 0, 0, S | C | M, NOCONF, O(help), NULL, NULL, NULL, FM_OPT_G_END,
+     "this text"},
+};
+
+const fm_option_t *fm_options_table(size_t *n)
+{
+    *n = sizeof table / sizeof table[0];
+    return table;
+}
+
+void fm_options_default(fm_options_t *o, fm_prog prog, struct fm_run_spec *spec)
+{
+    memset(o, 0, sizeof *o);
+    o->prog = prog;
+    o->spec = spec;
+    fm_run_spec_default(spec);
+    /* the coordinator's defaults (fm_server_config_default; test_options checks) */
+    snprintf(o->bind, sizeof o->bind, "tcp://*:5555");
+    snprintf(o->db, sizeof o->db, "%s", prog == FM_PROG_SIM ? "fedmoe-sim.db" : "fedmoe.db");
+    o->rounds = 20;
+    o->min_clients = 2;
+    o->fraction = 1.0;
+    o->round_timeout = 600.0;
+    o->client_timeout = 15.0;
+    /* the client's (fm_session_config_default gives the id) */
+    snprintf(o->connect, sizeof o->connect, "tcp://127.0.0.1:5555");
+    o->partition_index = -1;
+    o->epochs = 10;
+    o->threads = 1;
+    /* the sim's */
+    o->clients = 10;
+}
