@@ -152,6 +152,7 @@ static void update(fm_coordinator_t *c, const char *id, float delta, uint64_t sa
 static fm_coordinator_t *start(const fm_server_config_t *cfg)
 {
     fm_coordinator_t *c = NULL;
+    clear_outbox(); /* (what a failed case left) */
     assert_int_equal(fm_coordinator_new(&c, cfg, capture, NULL), FM_OK);
     return c;
 }
@@ -184,36 +185,65 @@ static void client_status(const char *db, int round, const char *id, char out[16
 
 static int rounds_logged(const char *db) { return procs_committed_rounds(db); }
 
+/* A coordinator for n clients (one partition each) that all say hello with
+ * `samples` at time 0; the first round opened. */
+static fm_coordinator_t *open_run(fm_server_config_t *cfg, const char *const *ids, int n, int quorum,
+                                  uint64_t samples)
+{
+    small_config(cfg, n, quorum);
+    fm_coordinator_t *c = start(cfg);
+    for (int i = 0; i < n; i++)
+        hello(c, ids[i], samples, 0.0);
+    assert_int_equal(count_sent(NULL, FEDMOE__ENVELOPE__BODY_WELCOME, NULL), n);
+    assert_int_equal(fm_coordinator_tick(c, 0.0), FM_OK);
+    return c;
+}
+
+static void updates(fm_coordinator_t *c, const char *const *ids, int n, float delta, uint64_t samples, double now)
+{
+    for (int i = 0; i < n; i++)
+        update(c, ids[i], delta, samples, false, now);
+}
+
+/* A tick at now after which the run has `rounds` rounds logged. */
+static void expect_rounds(fm_coordinator_t *c, const fm_server_config_t *cfg, double now, int rounds)
+{
+    assert_int_equal(fm_coordinator_tick(c, now), FM_OK);
+    assert_int_equal(rounds_logged(cfg->db), rounds);
+}
+
+static void expect_status(const fm_server_config_t *cfg, int round, const char *id, const char *status)
+{
+    char st[16];
+    client_status(cfg->db, round, id, st);
+    assert_string_equal(st, status);
+}
+
+/* The model values of the k-th Task (1-based) sent to id. */
+static const Fedmoe__Tensor *task_model(const char *id, int k)
+{
+    for (int i = 0; i < nsent; i++)
+        if (!strcmp(sent[i].id, id) && sent[i].env->body_case == FEDMOE__ENVELOPE__BODY_TASK && --k == 0)
+            return sent[i].env->task->model[0];
+    fail();
+    return NULL;
+}
+
 /* ---- cases ------------------------------------------------------------------- */
 
 static void test_quorum_reached(void **state)
 {
     (void)state;
     fm_server_config_t cfg;
-    small_config(&cfg, 3, 2);
-    fm_coordinator_t *c = start(&cfg);
     const char *ids[] = {"a", "b", "c"};
-    for (int i = 0; i < 3; i++)
-        hello(c, ids[i], 100 + 100 * i, 0.0);
-    assert_int_equal(count_sent(NULL, FEDMOE__ENVELOPE__BODY_WELCOME, NULL), 3);
-    assert_int_equal(fm_coordinator_tick(c, 0.1), FM_OK);
+    fm_coordinator_t *c = open_run(&cfg, ids, 3, 2, 100);
     assert_int_equal(count_sent(NULL, FEDMOE__ENVELOPE__BODY_TASK, NULL), 3);
-    for (int i = 0; i < 3; i++)
-        update(c, ids[i], 1.0f, 100 + 100 * i, false, 1.0);
+    updates(c, ids, 3, 1.0f, 200, 1.0);
     assert_int_equal(fm_coordinator_round(c), 1);
-    assert_int_equal(fm_coordinator_tick(c, 1.1), FM_OK); /* all in: commits without waiting */
-    assert_int_equal(rounds_logged(cfg.db), 1);
+    expect_rounds(c, &cfg, 1.1, 1); /* all in: commits without waiting */
     /* round 2 opened at once, its task carries the mean: old model + 1 */
-    Fedmoe__Envelope *t1 = NULL, *t2 = NULL;
-    int n = count_sent("a", FEDMOE__ENVELOPE__BODY_TASK, &t2);
-    assert_int_equal(n, 2);
-    for (int i = 0; i < nsent; i++)
-        if (!strcmp(sent[i].id, "a") && sent[i].env->body_case == FEDMOE__ENVELOPE__BODY_TASK) {
-            t1 = sent[i].env;
-            break;
-        }
-    assert_int_equal(t2->task->round, 2);
-    const Fedmoe__Tensor *m1 = t1->task->model[0], *m2 = t2->task->model[0];
+    assert_int_equal(count_sent("a", FEDMOE__ENVELOPE__BODY_TASK, NULL), 2);
+    const Fedmoe__Tensor *m1 = task_model("a", 1), *m2 = task_model("a", 2);
     assert_int_equal(m1->data.len, m2->data.len);
     for (size_t i = 0; i < m1->data.len / 4; i += 97) {
         float x, y;
@@ -228,28 +258,17 @@ static void test_deadline_with_straggler(void **state)
 {
     (void)state;
     fm_server_config_t cfg;
-    small_config(&cfg, 3, 2);
-    fm_coordinator_t *c = start(&cfg);
-    hello(c, "a", 100, 0.0);
-    hello(c, "b", 100, 0.0);
-    hello(c, "slow", 100, 0.0);
-    fm_coordinator_tick(c, 0.0);
-    update(c, "a", 0.5f, 100, false, 5.0);
-    update(c, "b", 0.5f, 100, false, 6.0);
+    const char *ids[] = {"a", "b", "slow"};
+    fm_coordinator_t *c = open_run(&cfg, ids, 3, 2, 100);
+    updates(c, ids, 2, 0.5f, 100, 5.0);
     for (double t = 10.0; t < 100.0; t += 10.0) { /* the straggler is alive but never uploads */
-        heartbeat(c, "a", t);
-        heartbeat(c, "b", t);
-        heartbeat(c, "slow", t);
-        assert_int_equal(fm_coordinator_tick(c, t), FM_OK);
-        assert_int_equal(rounds_logged(cfg.db), 0);
+        for (int i = 0; i < 3; i++)
+            heartbeat(c, ids[i], t);
+        expect_rounds(c, &cfg, t, 0);
     }
-    assert_int_equal(fm_coordinator_tick(c, 100.5), FM_OK); /* the deadline */
-    assert_int_equal(rounds_logged(cfg.db), 1);
-    char st[16];
-    client_status(cfg.db, 1, "slow", st);
-    assert_string_equal(st, "dropped");
-    client_status(cfg.db, 1, "a", st);
-    assert_string_equal(st, "completed");
+    expect_rounds(c, &cfg, 100.5, 1); /* the deadline */
+    expect_status(&cfg, 1, "slow", "dropped");
+    expect_status(&cfg, 1, "a", "completed");
     finish(&c);
 }
 
@@ -257,24 +276,16 @@ static void test_refused_update_ends_its_part(void **state)
 {
     (void)state;
     fm_server_config_t cfg;
-    small_config(&cfg, 3, 2);
-    fm_coordinator_t *c = start(&cfg);
-    hello(c, "a", 100, 0.0);
-    hello(c, "b", 100, 0.0);
-    hello(c, "bad", 100, 0.0);
-    fm_coordinator_tick(c, 0.0);
+    const char *ids[] = {"a", "b", "bad"};
+    fm_coordinator_t *c = open_run(&cfg, ids, 3, 2, 100);
     update(c, "bad", 0.0f, 100, true, 1.0); /* one value short */
     assert_int_equal(last_error_code("bad"), FM_WIRE_BAD_TENSOR);
     update(c, "bad", 0.0f, 100, false, 1.5); /* too late: its part ended */
     assert_int_equal(last_error_code("bad"), FM_WIRE_WRONG_ROUND);
-    update(c, "a", 0.0f, 100, false, 2.0);
-    update(c, "b", 0.0f, 100, false, 2.0);
+    updates(c, ids, 2, 0.0f, 100, 2.0);
     /* nobody is awaited any more: the round commits now, not at the deadline */
-    assert_int_equal(fm_coordinator_tick(c, 2.1), FM_OK);
-    assert_int_equal(rounds_logged(cfg.db), 1);
-    char st[16];
-    client_status(cfg.db, 1, "bad", st);
-    assert_string_equal(st, "rejected");
+    expect_rounds(c, &cfg, 2.1, 1);
+    expect_status(&cfg, 1, "bad", "rejected");
     finish(&c);
 }
 
@@ -282,11 +293,8 @@ static void test_rehello_gets_task_again(void **state)
 {
     (void)state;
     fm_server_config_t cfg;
-    small_config(&cfg, 2, 2);
-    fm_coordinator_t *c = start(&cfg);
-    hello(c, "a", 100, 0.0);
-    hello(c, "b", 100, 0.0);
-    fm_coordinator_tick(c, 0.0);
+    const char *ids[] = {"a", "b"};
+    fm_coordinator_t *c = open_run(&cfg, ids, 2, 2, 100);
     assert_int_equal(count_sent("b", FEDMOE__ENVELOPE__BODY_TASK, NULL), 1);
     update(c, "a", 0.0f, 100, false, 1.0);
     /* b restarts mid-round, inside the client timeout: hello, then hello with its data */
@@ -295,8 +303,7 @@ static void test_rehello_gets_task_again(void **state)
     hello(c, "b", 100, 4.0);
     assert_int_equal(count_sent("b", FEDMOE__ENVELOPE__BODY_TASK, NULL), 2);
     update(c, "b", 0.0f, 100, false, 5.0);
-    assert_int_equal(fm_coordinator_tick(c, 5.1), FM_OK);
-    assert_int_equal(rounds_logged(cfg.db), 1);
+    expect_rounds(c, &cfg, 5.1, 1);
     finish(&c);
 }
 
@@ -308,43 +315,57 @@ static void test_silent_worker_capped(void **state)
 {
     (void)state;
     fm_server_config_t cfg;
-    small_config(&cfg, 4, 3);
-    fm_coordinator_t *c = start(&cfg);
-    const char *good[] = {"a", "b"};
-    hello(c, "a", 100, 0.0);
-    hello(c, "b", 100, 0.0);
-    hello(c, "mute", 100, 0.0);
+    const char *ids[] = {"a", "b", "mute"};
+    fm_coordinator_t *c = open_run(&cfg, ids, 3, 3, 100);
     double t = 0.0;
-    fm_coordinator_tick(c, t);
     for (int attempt = 0; attempt < 2; attempt++) {
-        for (int i = 0; i < 2; i++)
-            update(c, good[i], 0.0f, 100, false, t + 1.0);
+        updates(c, ids, 2, 0.0f, 100, t + 1.0);
         double opened = t;
         while (fm_coordinator_round_open(c) && count_sent("mute", FEDMOE__ENVELOPE__BODY_TASK, NULL) == attempt + 1 &&
                t < opened + 1000.0) {
             t += 5.0;
-            for (int i = 0; i < 2; i++)
-                heartbeat(c, good[i], t);
-            heartbeat(c, "mute", t);
-            assert_int_equal(fm_coordinator_tick(c, t), FM_OK);
+            for (int i = 0; i < 3; i++)
+                heartbeat(c, ids[i], t);
+            expect_rounds(c, &cfg, t, 0);
         }
         /* each attempt took its timeout plus two extensions, not more */
         assert_true(t > opened + 3 * cfg.round_timeout - 10.0 && t <= opened + 3 * cfg.round_timeout + 5.0);
-        assert_int_equal(rounds_logged(cfg.db), 0);
     }
     /* benched: only a and b are ready, short of the quorum, so no round opens */
     assert_false(fm_coordinator_round_open(c));
     assert_int_equal(count_sent("mute", FEDMOE__ENVELOPE__BODY_TASK, NULL), 2);
-    /* a fourth client joins and the run goes on without the mute one */
-    hello(c, "d", 100, t + 1.0);
-    assert_int_equal(fm_coordinator_tick(c, t + 1.0), FM_OK);
-    assert_int_equal(count_sent("mute", FEDMOE__ENVELOPE__BODY_TASK, NULL), 2);
-    assert_int_equal(count_sent("d", FEDMOE__ENVELOPE__BODY_TASK, NULL), 1);
-    update(c, "a", 0.0f, 100, false, t + 2.0);
-    update(c, "b", 0.0f, 100, false, t + 2.0);
-    update(c, "d", 0.0f, 100, false, t + 2.0);
-    assert_int_equal(fm_coordinator_tick(c, t + 2.1), FM_OK);
-    assert_int_equal(rounds_logged(cfg.db), 1);
+    finish(&c);
+}
+
+/* With a fourth client the run goes on without the one that never uploads. */
+static void test_run_goes_on_without_silent_worker(void **state)
+{
+    (void)state;
+    fm_server_config_t cfg;
+    const char *ids[] = {"a", "b", "d", "mute"};
+    fm_coordinator_t *c = open_run(&cfg, ids, 4, 3, 100);
+    double t = 0.0;
+    for (int round = 1; round <= 3; round++) {
+        updates(c, ids, 3, 0.0f, 100, t + 1.0);
+        double opened = t;
+        while (rounds_logged(cfg.db) < round && t < opened + 1000.0) {
+            t += 5.0;
+            for (int i = 0; i < 4; i++)
+                heartbeat(c, ids[i], t);
+            assert_int_equal(fm_coordinator_tick(c, t), FM_OK);
+        }
+        /* the first two rounds wait for it until their deadline; then it sits out */
+        if (round <= 2)
+            assert_true(t - opened >= cfg.round_timeout && t - opened < cfg.round_timeout + 10.0);
+        else
+            assert_true(t - opened <= 5.0);
+    }
+    expect_status(&cfg, 2, "mute", "dropped");
+    expect_status(&cfg, 3, "mute", ""); /* not selected: no row */
+    /* it sat out one round and is tried again in round 4 */
+    Fedmoe__Envelope *last = NULL;
+    assert_int_equal(count_sent("mute", FEDMOE__ENVELOPE__BODY_TASK, &last), 3);
+    assert_int_equal(last->task->round, 4);
     finish(&c);
 }
 
@@ -352,19 +373,15 @@ static void test_resume_from_checkpoint(void **state)
 {
     (void)state;
     fm_server_config_t cfg;
-    small_config(&cfg, 2, 2);
-    fm_coordinator_t *c = start(&cfg);
-    hello(c, "a", 100, 0.0);
-    hello(c, "b", 300, 0.0);
-    fm_coordinator_tick(c, 0.0);
+    const char *ids[] = {"a", "b"};
+    fm_coordinator_t *c = open_run(&cfg, ids, 2, 2, 100);
     update(c, "a", 1.0f, 100, false, 1.0);
     update(c, "b", 2.0f, 300, false, 1.0);
-    fm_coordinator_tick(c, 1.0);
-    Fedmoe__Envelope *t2 = NULL;
-    assert_int_equal(count_sent("a", FEDMOE__ENVELOPE__BODY_TASK, &t2), 2);
-    size_t n = t2->task->model[0]->data.len;
+    expect_rounds(c, &cfg, 1.0, 1);
+    const Fedmoe__Tensor *t2 = task_model("a", 2);
+    size_t n = t2->data.len;
     uint8_t *expect = malloc(n);
-    memcpy(expect, t2->task->model[0]->data.data, n);
+    memcpy(expect, t2->data.data, n);
     char run[64];
     snprintf(run, sizeof run, "%s", fm_coordinator_run_id(c));
     assert_int_equal(fm_coordinator_stop(c), FM_OK);
@@ -374,13 +391,11 @@ static void test_resume_from_checkpoint(void **state)
     c = start(&cfg);
     assert_string_equal(fm_coordinator_run_id(c), run);
     assert_int_equal(fm_coordinator_round(c), 2);
-    hello(c, "a", 100, 0.0);
-    hello(c, "b", 300, 0.0);
+    for (int i = 0; i < 2; i++)
+        hello(c, ids[i], 100, 0.0);
     fm_coordinator_tick(c, 0.0);
-    Fedmoe__Envelope *r2 = NULL;
-    assert_int_equal(count_sent("a", FEDMOE__ENVELOPE__BODY_TASK, &r2), 1);
-    assert_int_equal(r2->task->round, 2);
-    assert_memory_equal(r2->task->model[0]->data.data, expect, n);
+    assert_int_equal(task_model("a", 1)->data.len, n);
+    assert_memory_equal(task_model("a", 1)->data.data, expect, n);
     free(expect);
     finish(&c);
 }
@@ -411,6 +426,7 @@ int main(void)
         cmocka_unit_test(test_refused_update_ends_its_part),
         cmocka_unit_test(test_rehello_gets_task_again),
         cmocka_unit_test(test_silent_worker_capped),
+        cmocka_unit_test(test_run_goes_on_without_silent_worker),
         cmocka_unit_test(test_resume_from_checkpoint),
         cmocka_unit_test(test_bad_bytes_and_unknown_clients),
     };
