@@ -242,6 +242,22 @@ fm_status fm_ckpt_close(fm_ckpt_reader_t *r, const char *what)
     return FM_OK;
 }
 
+/* Reads or writes all n bytes at fd (retrying short transfers and EINTR);
+ * returns how many were moved. */
+static size_t transfer(int fd, uint8_t *buf, size_t n, bool writing)
+{
+    size_t done = 0;
+    while (done < n) {
+        ssize_t k = writing ? write(fd, buf + done, n - done) : read(fd, buf + done, n - done);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            break;
+        done += (size_t)k;
+    }
+    return done;
+}
+
 fm_status fm_ckpt_write_file(const char *path, const uint8_t *blob, size_t len)
 {
     char tmp[4096];
@@ -254,16 +270,7 @@ fm_status fm_ckpt_write_file(const char *path, const uint8_t *blob, size_t len)
         fm_error_set("cannot write %s: %s", tmp, strerror(errno));
         return FM_ERR_IO;
     }
-    size_t done = 0;
-    while (done < len) {
-        ssize_t n = write(fd, blob + done, len - done);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        done += (size_t)n;
-    }
-    bool ok = done == len && fsync(fd) == 0;
+    bool ok = transfer(fd, (uint8_t *)blob, len, true) == len && fsync(fd) == 0;
     int err = errno;
     ok = close(fd) == 0 && ok;
     if (!ok || rename(tmp, path) != 0) {
@@ -294,20 +301,13 @@ fm_status fm_ckpt_read_file(const char *path, size_t max_len, uint8_t **out, siz
         close(fd);
         return FM_ERR_FORMAT;
     }
-    size_t n = (size_t)st.st_size, done = 0;
+    size_t n = (size_t)st.st_size;
     uint8_t *buf = malloc(n ? n : 1);
     if (!buf) {
         close(fd);
         return FM_ERR_NOMEM;
     }
-    while (done < n) {
-        ssize_t k = read(fd, buf + done, n - done);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            break;
-        done += (size_t)k;
-    }
+    size_t done = transfer(fd, buf, n, false);
     close(fd);
     if (done != n) {
         free(buf);

@@ -208,11 +208,12 @@ fm_status fm_wire_encode_error(fm_wire_code code, const char *text, uint8_t **bu
 
 fm_status fm_wire_send_error(void *socket, const char *identity, fm_wire_code code, const char *text)
 {
-    Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
-    Fedmoe__Error err = FEDMOE__ERROR__INIT;
-    err.code = code;
-    err.text = (char *)text;
-    env.body_case = FEDMOE__ENVELOPE__BODY_ERROR;
-    env.error = &err;
-    return fm_wire_send(socket, identity, &env);
+    uint8_t *buf;
+    size_t len;
+    fm_status st = fm_wire_encode_error(code, text, &buf, &len);
+    if (st != FM_OK)
+        return st;
+    st = fm_wire_send_bytes(socket, identity, buf, len);
+    free(buf);
+    return st;
 }
