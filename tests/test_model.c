@@ -2,7 +2,9 @@
  * for every parameter view: stem (mlp, cnn), LayerNorms, top-k router and the
  * load-balancing term, generalist and specialist experts, the prompt through the
  * frozen class-text encoder, and the attention gating. Also: the frozen parts
- * stay frozen, and BLAS and naive products give the same gradients. */
+ * stay frozen, BLAS and naive products give the same gradients, setting the
+ * non-local prompts between a forward and its backward changes no gradient, and
+ * parameter roles agree with groups, levels and the strategies. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +17,7 @@
 #include "fedmoe/kernels.h"
 #include "fedmoe/model.h"
 #include "fedmoe/rng.h"
+#include "fedmoe/runspec.h"
 #include "fedmoe/train.h"
 
 #define BATCH 6
@@ -75,8 +78,8 @@ static void set_random_nonlocal(fm_model_t *m, int K, uint64_t seed)
     free(p);
 }
 
-/* Perturbs the gating and router weights away from their small initial values so
- * every term carries gradient. */
+/* Perturbs the routers, the gating, every bias and every LayerNorm away from
+ * their initial values (small, zero or one) so every term carries gradient. */
 static void randomize_local(fm_model_t *m, uint64_t seed)
 {
     fm_params_t *ps = fm_model_params(m);
@@ -84,7 +87,8 @@ static void randomize_local(fm_model_t *m, uint64_t seed)
     fm_rng_init(&r, seed, 5);
     for (int i = 0; i < ps->count; i++) {
         fm_param_t *p = &ps->params[i];
-        if (strstr(p->name, "router") || strstr(p->name, "gating") || strstr(p->name, ".b") || strstr(p->name, ".ln."))
+        if (p->role == FM_ROLE_ROUTER || p->role == FM_ROLE_GATING || p->role == FM_ROLE_NORM ||
+            p->kind == FM_KIND_BIAS)
             for (size_t j = 0; j < p->size; j++)
                 p->view->w[j] += 0.5f * (2.0f * fm_rng_uniform(&r) - 1.0f);
     }
@@ -141,17 +145,23 @@ static int gradcheck(fm_model_t *m, const batch_t *b, bool with_lb)
     return checked;
 }
 
-/* The gradient of a named view over the last backward, summed in absolute value. */
-static double grad_mass(fm_model_t *m, const char *prefix)
+/* The gradient of the parameters with one of the roles in `roles` (a bit mask of
+ * 1 << role) in block `block` (-1: any) over the last backward, summed in
+ * absolute value. */
+static double grad_mass(fm_model_t *m, unsigned roles, int block)
 {
     fm_params_t *ps = fm_model_params(m);
     double s = 0;
-    for (int i = 0; i < ps->count; i++)
-        if (strncmp(ps->params[i].name, prefix, strlen(prefix)) == 0)
-            for (size_t j = 0; j < ps->params[i].size; j++)
-                s += fabs(ps->params[i].view->g[j]);
+    for (int i = 0; i < ps->count; i++) {
+        const fm_param_t *p = &ps->params[i];
+        if ((roles & (1u << p->role)) && (block < 0 || p->block == block))
+            for (size_t j = 0; j < p->size; j++)
+                s += fabs(p->view->g[j]);
+    }
     return s;
 }
+
+#define ROLE(r) (1u << (r))
 
 static void run_gradcheck(fm_stem_kind stem, int K, bool gating, int G, int S, int top_k)
 {
@@ -172,16 +182,16 @@ static void run_gradcheck(fm_stem_kind stem, int K, bool gating, int G, int S, i
     fm_params_zero_grad(fm_model_params(m));
     fm_model_forward(m, b.x, b.y, BATCH, true, NULL, NULL);
     fm_model_backward(m, FM_LEVEL_LOWER | FM_LEVEL_UPPER);
-    assert_true(grad_mass(m, "stem") > 0);
-    assert_true(grad_mass(m, "block0.ln") > 0);
-    assert_true(grad_mass(m, "block1.expert") > 0);
-    assert_true(grad_mass(m, "prompt") > 0);
+    assert_true(grad_mass(m, ROLE(FM_ROLE_STEM), -1) > 0);
+    assert_true(grad_mass(m, ROLE(FM_ROLE_NORM), 0) > 0);
+    assert_true(grad_mass(m, ROLE(FM_ROLE_GENERALIST) | ROLE(FM_ROLE_SPECIALIST), 1) > 0);
+    assert_true(grad_mass(m, ROLE(FM_ROLE_PROMPT), -1) > 0);
     if (G + S > 1)
-        assert_true(grad_mass(m, "block0.router") > 0);
+        assert_true(grad_mass(m, ROLE(FM_ROLE_ROUTER), 0) > 0);
     if (K > 0 && gating)
-        assert_true(grad_mass(m, "gating") > 0);
+        assert_true(grad_mass(m, ROLE(FM_ROLE_GATING), -1) > 0);
     else
-        assert_true(grad_mass(m, "gating") == 0);
+        assert_true(grad_mass(m, ROLE(FM_ROLE_GATING), -1) == 0);
     free(b.x);
     fm_model_destroy(&m);
     assert_null(m);
@@ -206,10 +216,11 @@ static void test_frozen_parts_stay_frozen(void **state)
     batch_t b = make_batch(&c, 5);
     size_t ptsz = (size_t)c.classes * c.d;
     fm_params_t *ps = fm_model_params(m);
-    const fm_param_t *pp = fm_params_find(ps, "prompt");
-    assert_non_null(pp);
-    float *prompt0 = malloc(sizeof(float) * pp->size), *t0 = malloc(sizeof(float) * ptsz);
-    memcpy(prompt0, pp->view->w, sizeof(float) * pp->size);
+    float *prompt = fm_model_prompt(m);
+    size_t psz = fm_model_prompt_size(m);
+    assert_int_equal(psz, (size_t)c.prompt_len * c.prompt_dim);
+    float *prompt0 = malloc(sizeof(float) * psz), *t0 = malloc(sizeof(float) * ptsz);
+    memcpy(prompt0, prompt, sizeof(float) * psz);
     memcpy(t0, fm_model_text_features(m), sizeof(float) * ptsz);
     float logits0[BATCH * 4], logits1[BATCH * 4];
 
@@ -221,14 +232,14 @@ static void test_frozen_parts_stay_frozen(void **state)
     for (int i = 0; i < 5; i++)
         fm_trainer_step(t, FM_LEVEL_LOWER, b.x, b.y, BATCH);
     /* the local prompt moved */
-    assert_true(memcmp(prompt0, pp->view->w, sizeof(float) * pp->size) != 0);
+    assert_true(memcmp(prompt0, prompt, sizeof(float) * psz) != 0);
     /* the cached non-local features are as set: re-setting them changes no logit */
     fm_model_forward(m, b.x, b.y, BATCH, false, logits0, NULL);
     set_random_nonlocal(m, 2, 4);
     fm_model_forward(m, b.x, b.y, BATCH, false, logits1, NULL);
     assert_memory_equal(logits0, logits1, sizeof logits0);
     /* the encoder is unchanged: the old prompt gives the old text features */
-    memcpy(pp->view->w, prompt0, sizeof(float) * pp->size);
+    memcpy(prompt, prompt0, sizeof(float) * psz);
     assert_memory_equal(fm_model_text_features(m), t0, sizeof(float) * ptsz);
     /* and no parameter group holds the encoder or non-local prompts */
     for (int i = 0; i < ps->count; i++)
@@ -307,6 +318,124 @@ static void test_initialisation_is_agreed(void **state)
     fm_model_destroy(&d); /* safe on NULL */
 }
 
+/* Forward, then something between it and its backward: the backward's gradients
+ * are those of forward + backward alone, bit for bit. Setting the non-local
+ * prompts used to overwrite activations the prompt's backward reads. */
+static void run_between(fm_stem_kind stem)
+{
+    fm_model_config_t c;
+    small_config(&c, stem);
+    fm_model_t *m = NULL;
+    assert_int_equal(fm_model_new(&m, &c, 7, FM_STREAM_LOCAL), FM_OK);
+    randomize_local(m, 3);
+    set_random_nonlocal(m, 3, 4);
+    batch_t b = make_batch(&c, 5);
+    fm_params_t *ps = fm_model_params(m);
+    float *want[FM_GROUP_COUNT];
+    fm_params_zero_grad(ps);
+    fm_model_forward(m, b.x, b.y, BATCH, true, NULL, NULL);
+    fm_model_backward(m, FM_LEVEL_LOWER | FM_LEVEL_UPPER);
+    for (int g = 0; g < FM_GROUP_COUNT; g++) {
+        want[g] = malloc(sizeof(float) * (ps->groups[g].size + 1));
+        memcpy(want[g], ps->groups[g].g, sizeof(float) * ps->groups[g].size);
+    }
+    for (int variant = 0; variant < 4; variant++) {
+        fm_params_zero_grad(ps);
+        fm_model_forward(m, b.x, b.y, BATCH, true, NULL, NULL);
+        if (variant == 0)
+            set_random_nonlocal(m, 3, 4); /* the same prompts again */
+        else if (variant == 1)
+            assert_non_null(fm_model_text_features(m));
+        else if (variant == 2)
+            set_random_nonlocal(m, 1, 9); /* other prompts: they are the next forward's */
+        else
+            set_random_nonlocal(m, 0, 9);
+        fm_model_backward(m, FM_LEVEL_LOWER | FM_LEVEL_UPPER);
+        for (int g = 0; g < FM_GROUP_COUNT; g++)
+            assert_memory_equal(ps->groups[g].g, want[g], sizeof(float) * ps->groups[g].size);
+        set_random_nonlocal(m, 3, 4);
+    }
+    for (int g = 0; g < FM_GROUP_COUNT; g++)
+        free(want[g]);
+    free(b.x);
+    fm_model_destroy(&m);
+}
+
+static void test_set_nonlocal_between_forward_and_backward(void **state)
+{
+    (void)state;
+    run_between(FM_STEM_MLP);
+    run_between(FM_STEM_CNN);
+}
+
+/* Every parameter's role and kind agree with its group, level and weight decay
+ * (the table in docs/model.md), expert tensors know their block and unit, the
+ * prompt is found by role, and the strategies federate by role. */
+static void check_roles(bool gate_on_val)
+{
+    fm_model_config_t c;
+    small_config(&c, FM_STEM_CNN);
+    c.gating_on_validation = gate_on_val;
+    fm_model_t *m = NULL;
+    assert_int_equal(fm_model_new(&m, &c, 7, FM_STREAM_LOCAL), FM_OK);
+    fm_params_t *ps = fm_model_params(m);
+    int count[FM_ROLE_COUNT] = {0};
+    for (int i = 0; i < ps->count; i++) {
+        const fm_param_t *p = &ps->params[i];
+        assert_true(p->role >= 0 && p->role < FM_ROLE_COUNT);
+        count[p->role]++;
+        bool expert = p->role == FM_ROLE_GENERALIST || p->role == FM_ROLE_SPECIALIST;
+        fm_group_id g = p->role == FM_ROLE_PROMPT ? FM_GROUP_PROMPT
+                        : p->role == FM_ROLE_SPECIALIST || p->role == FM_ROLE_ROUTER || p->role == FM_ROLE_GATING
+                            ? FM_GROUP_LOCAL
+                            : FM_GROUP_SHARED;
+        assert_int_equal(p->group, g);
+        fm_level lvl = p->role == FM_ROLE_ROUTER || (p->role == FM_ROLE_GATING && gate_on_val) ? FM_LEVEL_UPPER
+                                                                                               : FM_LEVEL_LOWER;
+        assert_int_equal(p->level, lvl);
+        assert_int_equal(p->decay, p->kind == FM_KIND_WEIGHT && p->role != FM_ROLE_ROUTER && p->role != FM_ROLE_PROMPT);
+        assert_int_equal(p->unit >= 0, expert);
+        if (expert)
+            assert_int_equal(p->unit < c.generalists, p->role == FM_ROLE_GENERALIST);
+        if (expert || p->role == FM_ROLE_ROUTER)
+            assert_true(p->block >= 0 && p->block < c.blocks);
+        if (p->kind == FM_KIND_NORM_GAIN || p->kind == FM_KIND_NORM_BIAS)
+            assert_int_equal(p->role, FM_ROLE_NORM);
+        assert_true(fm_strategy_federates(FM_STRATEGY_COMIGS, p) == (g == FM_GROUP_SHARED));
+        assert_true(fm_strategy_federates(FM_STRATEGY_FULL, p) == (g == FM_GROUP_SHARED));
+        assert_true(fm_strategy_federates(FM_STRATEGY_FEDAVG, p) ==
+                    (g != FM_GROUP_PROMPT && p->role != FM_ROLE_GATING));
+        assert_false(fm_strategy_federates(FM_STRATEGY_LOCAL, p));
+    }
+    int E = c.generalists + c.specialists;
+    assert_int_equal(count[FM_ROLE_STEM], 6);
+    assert_int_equal(count[FM_ROLE_NORM], 2 * c.blocks + 2);
+    assert_int_equal(count[FM_ROLE_ROUTER], c.blocks);
+    assert_int_equal(count[FM_ROLE_GENERALIST], 4 * c.blocks * c.generalists);
+    assert_int_equal(count[FM_ROLE_SPECIALIST], 4 * c.blocks * c.specialists);
+    assert_int_equal(count[FM_ROLE_PROMPT], 1);
+    assert_int_equal(count[FM_ROLE_GATING], 8);
+    assert_int_equal(ps->count, 6 + 3 * c.blocks + 4 * c.blocks * E + 2 + 1 + 8);
+    /* the prompt: by role, by name, by accessor, all the same floats */
+    const fm_param_t *pr = fm_params_find_role(ps, FM_ROLE_PROMPT);
+    assert_non_null(pr);
+    assert_ptr_equal(pr, fm_params_find(ps, "prompt"));
+    assert_ptr_equal(pr->view->w, fm_model_prompt(m));
+    assert_ptr_equal(fm_model_prompt(m), ps->groups[FM_GROUP_PROMPT].w);
+    assert_int_equal(fm_model_prompt_size(m), pr->size);
+    assert_null(fm_params_find(ps, "no such parameter"));
+    assert_string_equal(fm_role_name(FM_ROLE_SPECIALIST), "specialist");
+    assert_string_equal(fm_role_name(FM_ROLE_COUNT), "?");
+    fm_model_destroy(&m);
+}
+
+static void test_roles(void **state)
+{
+    (void)state;
+    check_roles(false);
+    check_roles(true);
+}
+
 static void test_config_errors(void **state)
 {
     (void)state;
@@ -342,6 +471,8 @@ int main(void)
         cmocka_unit_test(test_blas_and_naive_agree),
         cmocka_unit_test(test_initialisation_is_agreed),
         cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_set_nonlocal_between_forward_and_backward),
+        cmocka_unit_test(test_roles),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -121,7 +121,7 @@ static void run_levels(bool gate_on_val)
     /* the levels are as DESIGN section 3 says */
     for (int i = 0; i < ps->count; i++) {
         const fm_param_t *p = &ps->params[i];
-        bool router = strstr(p->name, "router") != NULL, gate = strncmp(p->name, "gating", 6) == 0;
+        bool router = p->role == FM_ROLE_ROUTER, gate = p->role == FM_ROLE_GATING;
         fm_level want = router || (gate && gate_on_val) ? FM_LEVEL_UPPER : FM_LEVEL_LOWER;
         assert_int_equal(p->level, want);
     }
@@ -237,23 +237,30 @@ static void test_training_learns(void **state)
     fm_model_destroy(&m);
 }
 
-/* Expert index of a parameter named blockL.expertE.*, or -1. */
-static int expert_of(const char *name)
+/* Position of parameter i among the tensors of its expert (same block and unit). */
+static int tensor_index(const fm_params_t *ps, int i)
 {
-    const char *e = strstr(name, ".expert");
-    return e ? atoi(e + 7) : -1;
+    const fm_param_t *p = &ps->params[i];
+    int t = 0;
+    for (int j = 0; j < i; j++)
+        t += ps->params[j].block == p->block && ps->params[j].unit == p->unit;
+    return t;
 }
 
-/* The same tensor of generalist g in the same block as p. */
-static const float *generalist_twin(fm_params_t *ps, const char *name, int g)
+/* The same tensor of generalist g in the same block as specialist parameter i:
+ * every expert registers the same tensors in the same order. */
+static const float *generalist_twin(const fm_params_t *ps, int i, int g)
 {
-    char want[48];
-    const char *e = strstr(name, ".expert"), *dot = strchr(e + 1, '.');
-    snprintf(want, sizeof want, "%.*s.expert%d%s", (int)(e - name), name, g, dot);
-    for (int i = 0; i < ps->count; i++)
-        if (strcmp(ps->params[i].name, want) == 0)
-            return ps->params[i].view->w;
-    fail_msg("no parameter %s", want);
+    const fm_param_t *p = &ps->params[i];
+    int t = tensor_index(ps, i);
+    for (int j = 0; j < ps->count; j++) {
+        const fm_param_t *q = &ps->params[j];
+        if (q->role == FM_ROLE_GENERALIST && q->block == p->block && q->unit == g && tensor_index(ps, j) == t) {
+            assert_int_equal(q->size, p->size);
+            return q->view->w;
+        }
+    }
+    fail_msg("no generalist %d twin of %s", g, p->name);
     return NULL;
 }
 
@@ -274,11 +281,11 @@ static void test_anchor_pulls_specialists(void **state)
     int pulled = 0;
     for (int i = 0; i < ps->count; i++) {
         const fm_param_t *p = &ps->params[i];
-        if (expert_of(p->name) < c.generalists) {
+        if (p->role != FM_ROLE_SPECIALIST) {
             assert_false(changed(m, &s, p));
             continue;
         }
-        const float *g0 = generalist_twin(ps, p->name, 0), *g1 = generalist_twin(ps, p->name, 1);
+        const float *g0 = generalist_twin(ps, i, 0), *g1 = generalist_twin(ps, i, 1);
         const float *before = s.w[p->group] + p->offset;
         for (size_t j = 0; j < p->size; j++) {
             float mean = 0.5f * (g0[j] + g1[j]);
@@ -306,9 +313,9 @@ static void test_anchor_pulls_specialists(void **state)
     assert_true(st.upper_steps > 0);
     for (int i = 0; i < ps->count; i++) {
         const fm_param_t *p = &ps->params[i];
-        if (expert_of(p->name) < c.generalists)
+        if (p->role != FM_ROLE_SPECIALIST)
             continue;
-        const float *g0 = generalist_twin(ps, p->name, 0), *g1 = generalist_twin(ps, p->name, 1);
+        const float *g0 = generalist_twin(ps, i, 0), *g1 = generalist_twin(ps, i, 1);
         for (size_t j = 0; j < p->size; j++)
             assert_float_equal(p->view->w[j], 0.5f * (g0[j] + g1[j]), 1e-6);
     }

@@ -6,8 +6,7 @@
 
 #include "fedmoe/log.h"
 
-fm_status fm_params_add(fm_params_t *ps, fm_view_t *view, const char *name, fm_group_id group,
-                        fm_level level, int rows, int cols, bool decay)
+fm_status fm_params_add(fm_params_t *ps, fm_view_t *view, const char *name, const fm_param_spec_t *spec)
 {
     if (ps->count == ps->cap) {
         int cap = ps->cap ? ps->cap * 2 : 64;
@@ -20,16 +19,20 @@ fm_status fm_params_add(fm_params_t *ps, fm_view_t *view, const char *name, fm_g
     fm_param_t *p = &ps->params[ps->count];
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "%s", name);
-    p->group = group;
-    p->level = level;
-    p->rows = rows;
-    p->cols = cols;
-    p->size = (size_t)rows * cols;
-    p->offset = ps->groups[group].size;
-    p->decay = decay;
+    p->group = spec->group;
+    p->level = spec->level;
+    p->role = spec->role;
+    p->kind = spec->kind;
+    p->block = spec->block;
+    p->unit = spec->unit;
+    p->rows = spec->rows;
+    p->cols = spec->cols;
+    p->size = (size_t)spec->rows * spec->cols;
+    p->offset = ps->groups[spec->group].size;
+    p->decay = spec->decay;
     p->view = view;
     view->id = ps->count;
-    ps->groups[group].size += p->size;
+    ps->groups[spec->group].size += p->size;
     ps->count++;
     return FM_OK;
 }
@@ -82,6 +85,14 @@ const fm_param_t *fm_params_find(const fm_params_t *ps, const char *name)
     return NULL;
 }
 
+const fm_param_t *fm_params_find_role(const fm_params_t *ps, fm_role role)
+{
+    for (int i = 0; i < ps->count; i++)
+        if (ps->params[i].role == role)
+            return &ps->params[i];
+    return NULL;
+}
+
 size_t fm_params_total(const fm_params_t *ps)
 {
     size_t n = 0;
@@ -96,6 +107,20 @@ const char *fm_group_name(fm_group_id g)
     case FM_GROUP_SHARED: return "shared";
     case FM_GROUP_LOCAL: return "local";
     case FM_GROUP_PROMPT: return "prompt";
+    default: return "?";
+    }
+}
+
+const char *fm_role_name(fm_role r)
+{
+    switch (r) {
+    case FM_ROLE_STEM: return "stem";
+    case FM_ROLE_NORM: return "norm";
+    case FM_ROLE_ROUTER: return "router";
+    case FM_ROLE_GENERALIST: return "generalist";
+    case FM_ROLE_SPECIALIST: return "specialist";
+    case FM_ROLE_PROMPT: return "prompt";
+    case FM_ROLE_GATING: return "gating";
     default: return "?";
     }
 }

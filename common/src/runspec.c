@@ -53,7 +53,7 @@ bool fm_strategy_federates(fm_strategy s, const fm_param_t *p)
     case FM_STRATEGY_FULL: return p->group == FM_GROUP_SHARED;
     case FM_STRATEGY_FEDAVG:
     case FM_STRATEGY_PFEDMOAP:
-        return p->group == FM_GROUP_SHARED || (p->group == FM_GROUP_LOCAL && strncmp(p->name, "gating.", 7) != 0);
+        return p->group == FM_GROUP_SHARED || (p->group == FM_GROUP_LOCAL && p->role != FM_ROLE_GATING);
     }
     return false;
 }

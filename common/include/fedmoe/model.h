@@ -14,6 +14,7 @@
 #define FEDMOE_MODEL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "fedmoe/params.h"
@@ -46,10 +47,11 @@ typedef struct {
     bool gating_on_validation; /* train the gating in the upper level instead of the lower */
 } fm_model_config_t;
 
-/* "mlp" or "cnn"; FM_ERR_ARG with a reason naming flag otherwise. */
+/* Parses a stem name into *out: "mlp" or "cnn"; FM_ERR_ARG with a reason naming
+ * flag (fm_error_last) otherwise. */
 fm_status fm_stem_parse(const char *flag, const char *name, fm_stem_kind *out);
 
-/* The defaults of DESIGN section 2. */
+/* Fills c with the defaults of DESIGN section 2. */
 void fm_model_config_default(fm_model_config_t *c);
 /* Checks sizes; on error records a reason (fm_error_last) and returns FM_ERR_ARG. */
 fm_status fm_model_config_check(const fm_model_config_t *c);
@@ -62,10 +64,21 @@ typedef struct fm_model fm_model_t;
  * fm_model_destroy. */
 fm_status fm_model_new(fm_model_t **out, const fm_model_config_t *cfg, uint64_t seed,
                        uint64_t local_stream);
+/* Frees the model and everything it owns and sets *m to NULL; safe on NULL or *m NULL. */
 void fm_model_destroy(fm_model_t **m);
 
+/* The model's configuration (owned by the model, valid while it lives). */
 const fm_model_config_t *fm_model_config(const fm_model_t *m);
+/* The model's parameters (owned by the model, valid while it lives): callers may
+ * read and write weights, gradients and moments, but not register parameters.
+ * Each parameter carries its role and kind (params.h); select by those, not by name. */
 fm_params_t *fm_model_params(fm_model_t *m);
+/* The local prompt P_L, fm_model_prompt_size floats (prompt_len x prompt_dim, row
+ * major) inside the prompt group; owned by the model, never NULL, valid while it
+ * lives. Writing it sets the prompt. */
+float *fm_model_prompt(fm_model_t *m);
+/* Floats in the local prompt: prompt_len * prompt_dim. */
+size_t fm_model_prompt_size(const fm_model_t *m);
 /* Experts per block for this client: G + S. */
 int fm_model_experts(const fm_model_t *m);
 /* Pulls every specialist expert toward the mean of its block's generalists:
@@ -74,8 +87,12 @@ int fm_model_experts(const fm_model_t *m);
 void fm_model_anchor_specialists(fm_model_t *m, float rate);
 
 /* Sets the K frozen non-local prompts, K * prompt_len * prompt_dim floats
- * (copied); K = 0 clears them. Their class text features are computed here once. */
+ * (copied; the caller keeps its buffer); K = 0 clears them. Their class text
+ * features are computed here once, in storage of their own: calling this between
+ * a forward and its backward does not change that backward, which uses the
+ * prompts of its forward. FM_ERR_ARG when K is not in 0..max_nonlocal. */
 fm_status fm_model_set_nonlocal(fm_model_t *m, const float *prompts, int K);
+/* K as last set by fm_model_set_nonlocal (0 at first). */
 int fm_model_nonlocal_count(const fm_model_t *m);
 
 typedef struct {
@@ -100,8 +117,10 @@ void fm_model_backward(fm_model_t *m, int levels);
  * winners, ReLU signs): finite-difference tests skip points where it changes. */
 uint64_t fm_model_branch_signature(const fm_model_t *m);
 
-/* The class text features of the local prompt (classes, d), unit rows, as of the
- * last forward or fm_model_text_features call. */
+/* Computes the class text features of the local prompt as it is now: (classes,
+ * d), unit rows. The buffer is the model's, overwritten by the next call and
+ * valid while the model lives; computing it leaves the last forward's
+ * activations alone. */
 const float *fm_model_text_features(fm_model_t *m);
 
 #endif

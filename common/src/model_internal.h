@@ -1,0 +1,202 @@
+/* model_internal.h - the model's private layout, shared by its components:
+ *
+ *   model.c       configuration, create/destroy, the parameter registry and
+ *                 initialisation, the batch workspace, forward/backward orchestration
+ *   model_stem.c  the input stem (mlp or cnn)
+ *   model_moe.c   the MoE blocks: LayerNorm, top-k router, experts, load balancing,
+ *                 and the specialist anchor
+ *   model_head.c  the prompt-expert head: feature LayerNorm, frozen class-text
+ *                 encoder, cosine logits, attention gating
+ *
+ * Storage. Every batch buffer lives in one of two arenas sized for the largest
+ * batch seen: `act` holds what a forward computes and its backward reads,
+ * `grad` holds what only a backward writes and reads. Each component keeps its
+ * pointers into them in sub-structs named act and grad, so a reader sees which is
+ * which. Nothing outside forward and backward writes to either arena: setting the
+ * non-local prompts and computing text features for a caller use storage of
+ * their own (fm_head_t.enc), so they can run between a forward and its backward. */
+#ifndef FEDMOE_MODEL_INTERNAL_H
+#define FEDMOE_MODEL_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fedmoe/model.h"
+#include "fedmoe/params.h"
+
+#define CNN_K 5    /* convolution kernel size */
+#define CNN_C1 32  /* channels of the first convolution */
+#define CNN_C2 64  /* channels of the second convolution */
+
+/* ---- arenas ------------------------------------------------------------------ */
+
+/* Carves 64-byte aligned buffers out of one arena; with base == NULL it only measures. */
+typedef struct {
+    char *base;
+    size_t off;
+} fm_layout_t;
+
+/* The next `bytes` of the arena (64-byte aligned), or NULL when only measuring. */
+void *fm_layout_take(fm_layout_t *L, size_t bytes);
+
+/* ptr = the next count elements of type; left untouched when only measuring. */
+#define FM_TAKE(L, ptr, type, count)                                           \
+    do {                                                                       \
+        void *take_ = fm_layout_take((L), sizeof(type) * (size_t)(count));     \
+        if ((L)->base)                                                         \
+            (ptr) = (type *)take_;                                             \
+    } while (0)
+
+/* ---- components ---------------------------------------------------------------- */
+
+typedef struct {
+    fm_view_t mlp_w, mlp_b;             /* mlp: (d,in), (d) */
+    fm_view_t c1_w, c1_b, c2_w, c2_b;   /* cnn: (32,25), (32), (64,800), (64) */
+    fm_view_t fc_w, fc_b;               /* cnn: (d, flat), (d) */
+    int c1h, c1w, p1h, p1w, c2h, c2w, p2h, p2w, flat; /* cnn geometry */
+    struct {
+        float *z0;                      /* pre-activation (B,d); h = GELU(z0) */
+        float *cols1, *cc1, *rr1, *pp1; /* im2col, conv, ReLU, pool of the first convolution */
+        float *cols2, *cc2, *rr2, *pp2; /* the same for the second; pp2 is (B, flat) */
+        int32_t *arg1, *arg2;           /* max-pool winners */
+    } act;
+    struct {
+        float *dz0, *dcols2, *dpp1, *drr1, *dpp2, *drr2;
+    } grad;
+} fm_stem_t;
+
+typedef struct {
+    fm_view_t w1, b1, w2, b2; /* w1 (H,d), b1 (H), w2 (d,H), b2 (d) */
+} fm_expert_t;
+
+typedef struct {
+    fm_view_t ln_g, ln_b, router; /* router (E,d) */
+    fm_expert_t *experts;         /* E = G + S, generalists first */
+    struct {
+        float *xhat, *rstd, *u;   /* LayerNorm: (B,d), (B), output (B,d) */
+        float *rlog, *pfull;      /* router logits and their full softmax (B,E) */
+        int *topi;                /* kept experts (B,k) */
+        float *topw;              /* their weights (B,k) */
+        int *off;                 /* (E+1): rows of expert e are off[e]..off[e+1] */
+        int *row_b, *row_slot;    /* (B*k): input and slot of each expert row */
+        float *ug, *a, *ga, *y;   /* gathered u (B*k,d), pre-act (B*k,H), GELU (B*k,H), out (B*k,d) */
+        float *frac;              /* fraction of dispatches per expert (E) */
+    } act;
+} fm_block_t;
+
+/* Backward scratch of the MoE blocks, reused block after block. */
+typedef struct {
+    float *du, *dr, *dw;          /* (B,d), (B,E), (B,k) */
+    float *dyg, *dg, *dug;        /* (B*k,d), (B*k,H), (B*k,d) */
+} fm_moe_grad_t;
+
+/* Activations of the class-text encoder for one prompt. */
+typedef struct {
+    float *v;                     /* inputs [P; e_c] (C, (M+1) dp) */
+    float *za, *ga;               /* hidden pre-activation and GELU (C, Ht) */
+    float *o, *onorm;             /* output (C,d) and its row norms (C) */
+} fm_text_act_t;
+
+typedef struct {
+    fm_view_t lnf_g, lnf_b;                   /* feature LayerNorm (d) */
+    fm_view_t prompt;                         /* (M, dp) */
+    fm_view_t wq, bq, wk, bk, wv, bv, wo, bo; /* gating, (d,d) and (d) */
+    /* frozen class-text encoder */
+    float *emb;                   /* (C, dp) */
+    float *wa, *ba;               /* (Ht, (M+1)dp), (Ht) */
+    float *wb, *bb;               /* (d, Ht), (d) */
+    /* non-local prompts and their text features, as set by fm_model_set_nonlocal */
+    int K;
+    float *nl_prompts;            /* (max_nonlocal, M*dp) */
+    float *nl_t;                  /* (max_nonlocal*C, d): row j*C+c = t_c(P_{j+1}) */
+    /* the encoder's own storage, for fm_model_set_nonlocal and fm_model_text_features */
+    fm_text_act_t enc;            /* laid out in enc_block */
+    void *enc_block;
+    float *text_out;              /* (C,d): what fm_model_text_features returns */
+    struct {
+        int K;                    /* non-local prompts this forward used */
+        bool gated;
+        float *xhatf, *rstdf, *f; /* feature LayerNorm (B,d), (B), (B,d) */
+        float *fnorm, *nf;        /* |f| (B), f/|f| (B,d) */
+        fm_text_act_t text;       /* the local prompt's encoder pass */
+        float *tall;              /* ((1+K)*C, d): row j*C+c = t_c(P_j), j = 0 local */
+        float *c1, *logits, *dlogits; /* (B,C) */
+        float *q, *gq, *kp, *vp;  /* (B,d), (B,d), (J*C,d), (J*C,d) */
+        float *att, *vdot;        /* (heads, B, J*C): column j*C + c */
+    } act;
+    struct {
+        float *df, *dnf, *dc1, *dtl;  /* (B,d), (B,d), (B,C), (C,d) */
+        float *dq, *dgq, *dkp, *dvp;  /* (B,d), (B,d), (J*C,d), (J*C,d) */
+        float *datt, *dvdot;          /* as att, vdot */
+        float *dto, *dga, *dv;        /* the local prompt's encoder pass */
+    } grad;
+} fm_head_t;
+
+struct fm_model {
+    fm_model_config_t cfg;
+    int E, k, hd;                 /* experts per block, kept per input, head width */
+    fm_params_t ps;
+    fm_level gate_level;
+    fm_stem_t stem;
+    fm_block_t *blocks;
+    fm_head_t head;
+    /* workspace for batches up to ws_B */
+    int ws_B;
+    void *act_arena, *grad_arena;
+    /* the last forward */
+    int B;
+    const float *x;
+    const uint8_t *labels;
+    bool with_lb;
+    float *h;                     /* act: residual stream (B,d) */
+    float *dh;                    /* grad: its gradient (B,d) */
+    fm_moe_grad_t moe_grad;
+};
+
+/* Registers a parameter; its group, level and weight decay follow from role and
+ * kind. The name is printf-formatted. */
+fm_status fm_model_add_param(fm_model_t *m, fm_view_t *view, fm_role role, fm_param_kind kind, int block,
+                             int unit, int rows, int cols, const char *fmt, ...)
+    __attribute__((format(printf, 9, 10)));
+
+/* One step of the branch-signature hash (fm_model_branch_signature). */
+static inline uint64_t fm_sig_mix(uint64_t h, uint64_t v)
+{
+    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    return h;
+}
+
+/* stem (model_stem.c) */
+void fm_stem_geometry(fm_model_t *m);
+fm_status fm_stem_register(fm_model_t *m);
+void fm_stem_layout(fm_model_t *m, int B, fm_layout_t *act, fm_layout_t *grad);
+/* m->h (B,d) = stem(x) */
+void fm_stem_forward(fm_model_t *m, const float *x, int B);
+/* From m->dh into the stem's gradients. */
+void fm_stem_backward(fm_model_t *m, int B);
+uint64_t fm_stem_signature(const fm_model_t *m, uint64_t h);
+
+/* MoE blocks (model_moe.c) */
+fm_status fm_moe_register(fm_model_t *m, int l);
+void fm_moe_layout(fm_model_t *m, int B, fm_layout_t *act, fm_layout_t *grad);
+/* One block in place on m->h; returns its load-balancing term and adds the
+ * routing weight on generalists to *gen_mass. */
+float fm_moe_forward(fm_model_t *m, fm_block_t *bl, int B, double *gen_mass);
+/* m->dh holds dL/dh_out and becomes dL/dh_in (when need_dx). */
+void fm_moe_backward(fm_model_t *m, fm_block_t *bl, int B, bool lo, bool up, bool need_dx);
+
+/* prompt head (model_head.c) */
+fm_status fm_head_register(fm_model_t *m);
+fm_status fm_head_init_encoder(fm_model_t *m, uint64_t seed);
+void fm_head_free(fm_model_t *m);
+void fm_head_layout(fm_model_t *m, int B, fm_layout_t *act, fm_layout_t *grad);
+/* From m->h to head.act.logits (B,C). */
+void fm_head_forward(fm_model_t *m, int B);
+/* From head.act.dlogits to m->dh (overwritten); gradients of the feature
+ * LayerNorm with lo, of the gating with train_gate. */
+void fm_head_backward(fm_model_t *m, int B, bool lo, bool train_gate);
+/* The local prompt's gradient, from head.grad.dtl (after fm_head_backward with lo). */
+void fm_head_prompt_backward(fm_model_t *m);
+
+#endif
