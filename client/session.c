@@ -364,13 +364,6 @@ static void reply_error(session_t *s, fm_wire_code code, const char *text)
     fm_wire_send_error(s->sock, NULL, code, text);
 }
 
-/* The local prompt's weights (the model always has one). */
-static float *model_prompt(fm_model_t *m)
-{
-    const fm_param_t *p = fm_params_find(fm_model_params(m), "prompt");
-    return p ? p->view->w : NULL;
-}
-
 /* Restores, before training round `round`, the state it must start from:
  * exactly once, a round sent again (the coordinator lost it, or this client was
  * restarted) is trained again from the state before it. */
@@ -398,7 +391,7 @@ static fm_status upload(session_t *s, uint32_t round, const fm_train_stats_t *ts
         st = fm_evaluate(s->model, &s->data.val, &vv);
     if (st != FM_OK)
         return st;
-    fm_update_t u = {.round = round, .train_samples = s->data.train.n, .prompt = model_prompt(s->model)};
+    fm_update_t u = {.round = round, .train_samples = s->data.train.n, .prompt = fm_model_prompt(s->model)};
     u.metrics = (fm_metrics_t){.train_loss = ts->train_loss, .val_loss = ts->val_loss, .test_loss = ev.loss,
                                .test_accuracy = ev.accuracy, .generalist_share = ev.generalist_share,
                                .test_samples = ev.n, .test_correct = ev.correct, .val_samples = vv.n,
@@ -440,7 +433,7 @@ static fm_status handle_task(session_t *s, const Fedmoe__Task *t)
         if (in.model)
             fm_federated_unpack(s->model, s->spec.strategy, in.model);
         if (in.prompt)
-            memcpy(model_prompt(s->model), in.prompt, sizeof(float) * s->dims.nprompt);
+            memcpy(fm_model_prompt(s->model), in.prompt, sizeof(float) * s->dims.nprompt);
         st = fm_model_set_nonlocal(s->model, in.nonlocal, in.k);
         fm_trainer_set_lr_scale(s->trainer, in.lr_scale);
     }

@@ -157,13 +157,12 @@ static fm_status initial_state(fm_coordinator_t *c)
     c->global = malloc(sizeof(float) * (c->dims.nmodel + 1));
     c->gprompt = malloc(sizeof(float) * c->dims.nprompt);
     c->scratch = malloc(sizeof(float) * (c->dims.nmodel + 1));
-    const fm_param_t *prompt = fm_params_find(fm_model_params(tmpl), "prompt");
-    if (!c->global || !c->gprompt || !c->scratch || !prompt) {
+    if (!c->global || !c->gprompt || !c->scratch) {
         fm_model_destroy(&tmpl);
         return FM_ERR_NOMEM;
     }
     fm_federated_pack(tmpl, c->spec.strategy, c->global);
-    memcpy(c->gprompt, prompt->view->w, sizeof(float) * c->dims.nprompt);
+    memcpy(c->gprompt, fm_model_prompt(tmpl), sizeof(float) * c->dims.nprompt);
     fm_model_destroy(&tmpl);
     return FM_OK;
 }

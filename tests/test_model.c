@@ -172,7 +172,7 @@ static void run_gradcheck(fm_stem_kind stem, int K, bool gating, int G, int S, i
     c.specialists = S;
     c.top_k = top_k;
     fm_model_t *m = NULL;
-    assert_int_equal(fm_model_new(&m, &c, 7, FM_STREAM_LOCAL), FM_OK);
+    assert_int_equal(fm_model_new(&m, &c, 7, fm_rng_stream(FM_STREAM_LOCAL, 0)), FM_OK);
     randomize_local(m, 3);
     set_random_nonlocal(m, K, 4);
     batch_t b = make_batch(&c, 5);
@@ -211,7 +211,7 @@ static void test_frozen_parts_stay_frozen(void **state)
     fm_model_config_t c;
     small_config(&c, FM_STEM_MLP);
     fm_model_t *m = NULL;
-    assert_int_equal(fm_model_new(&m, &c, 7, FM_STREAM_LOCAL), FM_OK);
+    assert_int_equal(fm_model_new(&m, &c, 7, fm_rng_stream(FM_STREAM_LOCAL, 0)), FM_OK);
     set_random_nonlocal(m, 2, 4);
     batch_t b = make_batch(&c, 5);
     size_t ptsz = (size_t)c.classes * c.d;
@@ -262,7 +262,7 @@ static void test_blas_and_naive_agree(void **state)
     c.ffn_hidden = 48;
     c.text_hidden = 40;
     fm_model_t *m = NULL;
-    assert_int_equal(fm_model_new(&m, &c, 9, FM_STREAM_LOCAL), FM_OK);
+    assert_int_equal(fm_model_new(&m, &c, 9, fm_rng_stream(FM_STREAM_LOCAL, 0)), FM_OK);
     randomize_local(m, 3);
     set_random_nonlocal(m, 4, 4);
     batch_t b = make_batch(&c, 6);
@@ -301,9 +301,9 @@ static void test_initialisation_is_agreed(void **state)
     fm_model_config_t c;
     small_config(&c, FM_STEM_MLP);
     fm_model_t *a = NULL, *b = NULL, *d = NULL;
-    assert_int_equal(fm_model_new(&a, &c, 7, FM_STREAM_LOCAL + 0), FM_OK);
-    assert_int_equal(fm_model_new(&b, &c, 7, FM_STREAM_LOCAL + 1), FM_OK);
-    assert_int_equal(fm_model_new(&d, &c, 8, FM_STREAM_LOCAL + 0), FM_OK);
+    assert_int_equal(fm_model_new(&a, &c, 7, fm_rng_stream(FM_STREAM_LOCAL, 0)), FM_OK);
+    assert_int_equal(fm_model_new(&b, &c, 7, fm_rng_stream(FM_STREAM_LOCAL, 1)), FM_OK);
+    assert_int_equal(fm_model_new(&d, &c, 8, fm_rng_stream(FM_STREAM_LOCAL, 0)), FM_OK);
     fm_params_t *pa = fm_model_params(a), *pb = fm_model_params(b), *pd = fm_model_params(d);
     assert_memory_equal(pa->groups[FM_GROUP_SHARED].w, pb->groups[FM_GROUP_SHARED].w,
                         sizeof(float) * pa->groups[FM_GROUP_SHARED].size);
@@ -326,7 +326,7 @@ static void run_between(fm_stem_kind stem)
     fm_model_config_t c;
     small_config(&c, stem);
     fm_model_t *m = NULL;
-    assert_int_equal(fm_model_new(&m, &c, 7, FM_STREAM_LOCAL), FM_OK);
+    assert_int_equal(fm_model_new(&m, &c, 7, fm_rng_stream(FM_STREAM_LOCAL, 0)), FM_OK);
     randomize_local(m, 3);
     set_random_nonlocal(m, 3, 4);
     batch_t b = make_batch(&c, 5);
@@ -377,7 +377,7 @@ static void check_roles(bool gate_on_val)
     small_config(&c, FM_STEM_CNN);
     c.gating_on_validation = gate_on_val;
     fm_model_t *m = NULL;
-    assert_int_equal(fm_model_new(&m, &c, 7, FM_STREAM_LOCAL), FM_OK);
+    assert_int_equal(fm_model_new(&m, &c, 7, fm_rng_stream(FM_STREAM_LOCAL, 0)), FM_OK);
     fm_params_t *ps = fm_model_params(m);
     int count[FM_ROLE_COUNT] = {0};
     for (int i = 0; i < ps->count; i++) {

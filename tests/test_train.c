@@ -105,7 +105,7 @@ static void run_levels(bool gate_on_val)
     fm_model_config_t c;
     config(&c, gate_on_val);
     fm_model_t *m = NULL;
-    assert_int_equal(fm_model_new(&m, &c, 3, FM_STREAM_LOCAL), FM_OK);
+    assert_int_equal(fm_model_new(&m, &c, 3, fm_rng_stream(FM_STREAM_LOCAL, 0)), FM_OK);
     float nl[2 * 2 * 8];
     fm_rng_t r;
     fm_rng_init(&r, 5, 5);
@@ -145,7 +145,7 @@ static void test_alternation_schedule(void **state)
     fm_model_config_t c;
     config(&c, false);
     fm_model_t *m = NULL;
-    assert_int_equal(fm_model_new(&m, &c, 3, FM_STREAM_LOCAL), FM_OK);
+    assert_int_equal(fm_model_new(&m, &c, 3, fm_rng_stream(FM_STREAM_LOCAL, 0)), FM_OK);
     fm_dataset_t train, val;
     blobs(&train, 320, 1); /* 10 batches of 32 */
     blobs(&val, 50, 2);
@@ -212,7 +212,7 @@ static void test_training_learns(void **state)
     fm_model_config_t c;
     config(&c, false);
     fm_model_t *m = NULL;
-    assert_int_equal(fm_model_new(&m, &c, 3, FM_STREAM_LOCAL), FM_OK);
+    assert_int_equal(fm_model_new(&m, &c, 3, fm_rng_stream(FM_STREAM_LOCAL, 0)), FM_OK);
     fm_dataset_t train, val, test;
     blobs(&train, 2000, 1);
     blobs(&val, 400, 2);
@@ -274,7 +274,7 @@ static void test_anchor_pulls_specialists(void **state)
     c.generalists = 2;
     c.specialists = 2;
     fm_model_t *m = NULL;
-    assert_int_equal(fm_model_new(&m, &c, 3, FM_STREAM_LOCAL), FM_OK);
+    assert_int_equal(fm_model_new(&m, &c, 3, fm_rng_stream(FM_STREAM_LOCAL, 0)), FM_OK);
     fm_params_t *ps = fm_model_params(m);
     snapshot_t s = snap(m);
     fm_model_anchor_specialists(m, 0.25f);

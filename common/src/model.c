@@ -136,7 +136,7 @@ static fm_status register_params(fm_model_t *m)
 static void init_params(fm_model_t *m, uint64_t seed, uint64_t local_stream)
 {
     fm_rng_t shared, local;
-    fm_rng_init(&shared, seed, FM_STREAM_INIT);
+    fm_rng_init(&shared, seed, fm_rng_stream(FM_STREAM_INIT, 0));
     fm_rng_init(&local, seed, local_stream);
     for (int i = 0; i < m->ps.count; i++) {
         fm_param_t *p = &m->ps.params[i];

@@ -76,7 +76,7 @@ fm_status fm_head_init_encoder(fm_model_t *m, uint64_t seed)
     L = (fm_layout_t){hd->enc_block, 0};
     text_layout(c, &hd->enc, &L);
     fm_rng_t r;
-    fm_rng_init(&r, seed, FM_STREAM_ENCODER);
+    fm_rng_init(&r, seed, fm_rng_stream(FM_STREAM_ENCODER, 0));
     fm_rng_fill_uniform(&r, hd->emb, (size_t)C * dp, sqrtf(3.0f));
     fm_rng_fill_uniform(&r, hd->wa, (size_t)Ht * in, sqrtf(3.0f / (float)in));
     fm_rng_fill_uniform(&r, hd->ba, (size_t)Ht, 0.1f);
