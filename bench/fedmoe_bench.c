@@ -135,7 +135,7 @@ static int bench_train(int argc, char **argv)
     printf("{\"bench\":\"train\",\"impl\":\"fedmoe\",\"stem\":\"%s\",\"batch\":%d,\"threads\":%d,\"steps\":%d,"
            "\"repeats\":%d,\"samples_per_s\":%.1f,\"upper_samples_per_s\":%.1f,\"gemm_gflops\":%.2f,"
            "\"sgemm_peak_gflops\":%.2f,\"peak_fraction\":%.3f,\"params\":%zu}\n",
-           mc.stem == FM_STEM_CNN ? "cnn" : "mlp", batch, threads, steps, repeats, s, u, g, peak, g / peak,
+           fm_stem_name(mc.stem), batch, threads, steps, repeats, s, u, g, peak, g / peak,
            fm_params_total(fm_model_params(m)));
     free(sps);
     free(gfl);

@@ -21,7 +21,7 @@
 
 /* The options' defaults: the run spec's model and training settings, the
  * session's endpoint and id. Standalone training has no anchor. */
-static void defaults(fm_options_t *o, fm_run_spec_t *spec)
+static void defaults(fm_options_t *o, struct fm_run_spec *spec)
 {
     fm_session_config_t sc;
     fm_session_config_default(&sc);
@@ -31,29 +31,28 @@ static void defaults(fm_options_t *o, fm_run_spec_t *spec)
     snprintf(o->id, sizeof o->id, "%s", sc.id);
 }
 
-static void usage(FILE *f)
-{
-    static const char *const titles[FM_OPT_GROUPS] = {
-        [FM_OPT_G_FEDERATED] = "federated:",
-        [FM_OPT_G_DATA] = "data:",
-        [FM_OPT_G_MODEL] = "model (standalone; a coordinator sends its own):",
-        [FM_OPT_G_TRAIN] = "training (standalone):",
-    };
-    fm_run_spec_t spec;
-    fm_options_t o;
-    defaults(&o, &spec);
-    fprintf(f, "usage: fedmoe-client [--connect ENDPOINT] [--id ID] [options]\n"
-               "       fedmoe-client --standalone [options]\n"
-               "\n"
-               "Joins a fedmoe coordinator and trains every round it is given, until the coordinator\n"
-               "says shut down. The coordinator sends the model, training settings and (unless\n"
-               "--partition is given) the partition of the data to train; --dataset overrides where\n"
-               "the run's data is read from.\n"
-               "With --standalone, trains on one client's data, or on all the data centrally, with\n"
-               "no coordinator, and prints loss and accuracy after every epoch.\n"
-               "\n");
-    fm_options_usage(&o, f, titles);
-}
+static const char *const titles[FM_OPT_GROUPS] = {
+    [FM_OPT_G_FEDERATED] = "federated:",
+    [FM_OPT_G_DATA] = "data:",
+    [FM_OPT_G_MODEL] = "model (standalone; a coordinator sends its own):",
+    [FM_OPT_G_TRAIN] = "training (standalone):",
+};
+
+static const fm_program_t program = {
+    "fedmoe-client",
+    "usage: fedmoe-client [--connect ENDPOINT] [--id ID] [options]\n"
+    "       fedmoe-client --standalone [options]\n"
+    "\n"
+    "Joins a fedmoe coordinator and trains every round it is given, until the coordinator\n"
+    "says shut down. The coordinator sends the model, training settings and (unless\n"
+    "--partition is given) the partition of the data to train; --dataset overrides where\n"
+    "the run's data is read from.\n"
+    "With --standalone, trains on one client's data, or on all the data centrally, with\n"
+    "no coordinator, and prints loss and accuracy after every epoch.\n"
+    "\n",
+    titles,
+    defaults,
+};
 
 static int fail(void)
 {
@@ -86,16 +85,11 @@ static int federated(const fm_options_t *o)
 int main(int argc, char **argv)
 {
     fm_run_spec_t spec;
-    fm_options_t o;
+    static fm_options_t o;
     defaults(&o, &spec);
-    if (fm_options_parse(&o, argc, argv) != FM_OK)
-        return fail();
-    if (o.help) {
-        usage(stdout);
-        return 0;
-    }
-    if (o.verbose)
-        fm_log_set_level(FM_LOG_DEBUG);
+    int rc = fm_options_main(&o, argc, argv, &program);
+    if (rc >= 0)
+        return rc;
     fm_kernels_set_threads(o.threads);
     if (!o.standalone)
         return federated(&o);
@@ -123,7 +117,7 @@ int main(int argc, char **argv)
     mc.img_w = data.img_w;
     fm_model_t *m = NULL;
     fm_trainer_t *t = NULL;
-    int rc = 0;
+    rc = 0;
     if (fm_model_new(&m, &mc, seed, fm_rng_stream(FM_STREAM_LOCAL, (uint64_t)ds.index)) != FM_OK ||
         fm_trainer_new(&t, m, &tc, seed, fm_rng_stream(FM_STREAM_SHUFFLE, (uint64_t)ds.index)) != FM_OK) {
         rc = fail();

@@ -372,37 +372,29 @@ static int summary(sim_t *s)
     return rc;
 }
 
-/* The options' defaults: the server's, but a database of its own. */
-static void defaults(fm_options_t *o, fm_run_spec_t *spec) { fm_options_default(o, FM_PROG_SIM, spec); }
+static void defaults(fm_options_t *o, struct fm_run_spec *spec) { fm_options_default(o, FM_PROG_SIM, spec); }
 
-static void usage(FILE *f)
-{
-    fm_run_spec_t spec;
-    fm_options_t o;
-    defaults(&o, &spec);
-    fprintf(f, "usage: fedmoe-sim [options]\n"
-               "\n"
-               "Runs a federated training job on this machine: a fedmoe-server and N fedmoe-client\n"
-               "processes on loopback, Fashion-MNIST split over the clients. Prints one line per round\n"
-               "and a summary; the round log stays in the database for fedmoe-history (every sim adds\n"
-               "a new run). The coordinator gets the options below that it knows.\n"
-               "\n");
-    fm_options_usage(&o, f, NULL);
-}
+static const fm_program_t program = {
+    "fedmoe-sim",
+    "usage: fedmoe-sim [options]\n"
+    "\n"
+    "Runs a federated training job on this machine: a fedmoe-server and N fedmoe-client\n"
+    "processes on loopback, Fashion-MNIST split over the clients. Prints one line per round\n"
+    "and a summary; the round log stays in the database for fedmoe-history (every sim adds\n"
+    "a new run). The coordinator gets the options below that it knows.\n"
+    "\n",
+    NULL,
+    defaults,
+};
 
 int main(int argc, char **argv)
 {
     static sim_t s; /* large; one per process */
     defaults(&s.o, &s.spec);
-    if (fm_options_parse(&s.o, argc, argv) != FM_OK) {
-        fprintf(stderr, "fedmoe-sim: %s\n", fm_error_last());
-        return 2;
-    }
-    if (s.o.help) {
-        usage(stdout);
-        return 0;
-    }
-    int rc = setup(&s);
+    int rc = fm_options_main(&s.o, argc, argv, &program);
+    if (rc >= 0)
+        return rc;
+    rc = setup(&s);
     fm_signals_install();
     if (rc != 0 || (rc = start(&s)) != 0)
         return rc;

@@ -97,21 +97,37 @@ static void snap_free(snapshot_t *n)
     n->round = -1;
 }
 
+/* The live state as a snapshot that points into the model (not owned: never
+ * pass it to snap_free). */
+static snapshot_t snap_view(session_t *s, int round)
+{
+    fm_params_t *ps = fm_model_params(s->model);
+    snapshot_t v = {.round = round};
+    for (int g = 0; g < FM_GROUP_COUNT; g++) {
+        v.a[g][0] = ps->groups[g].w;
+        v.a[g][1] = ps->groups[g].m;
+        v.a[g][2] = ps->groups[g].v;
+    }
+    v.steps[0] = fm_trainer_steps(s->trainer, FM_LEVEL_LOWER);
+    v.steps[1] = fm_trainer_steps(s->trainer, FM_LEVEL_UPPER);
+    v.rng = *fm_trainer_rng(s->trainer);
+    return v;
+}
+
 static fm_status snap_take(session_t *s, snapshot_t *n, int round)
 {
     fm_params_t *ps = fm_model_params(s->model);
+    snapshot_t live = snap_view(s, round);
     for (int g = 0; g < FM_GROUP_COUNT; g++) {
         size_t sz = ps->groups[g].size;
-        const float *src[3] = {ps->groups[g].w, ps->groups[g].m, ps->groups[g].v};
         for (int k = 0; k < 3; k++) {
             if (!n->a[g][k] && !(n->a[g][k] = malloc(4 * (sz ? sz : 1))))
                 return FM_ERR_NOMEM;
-            memcpy(n->a[g][k], src[k], 4 * sz);
+            memcpy(n->a[g][k], live.a[g][k], 4 * sz);
         }
     }
-    n->steps[0] = fm_trainer_steps(s->trainer, FM_LEVEL_LOWER);
-    n->steps[1] = fm_trainer_steps(s->trainer, FM_LEVEL_UPPER);
-    n->rng = *fm_trainer_rng(s->trainer);
+    memcpy(n->steps, live.steps, sizeof n->steps);
+    n->rng = live.rng;
     n->round = round;
     return FM_OK;
 }
@@ -195,25 +211,17 @@ static void save_state(session_t *s)
         return;
     char path[1200];
     state_path(s, path, sizeof path);
-    snapshot_t now = {.round = s->last_round};
+    snapshot_t now = snap_view(s, s->last_round); /* written as it is, not copied */
     fm_ckpt_writer_t w;
     fm_ckpt_begin(&w, FM_CKPT_MAGIC_CLIENT, STATE_VERSION);
-    bool ok = snap_take(s, &now, s->last_round) == FM_OK;
-    if (ok) {
-        put_snapshot(&w, s, &now);
-        fm_ckpt_put_u8(&w, s->pre.round >= 0);
-        if (s->pre.round >= 0)
-            put_snapshot(&w, s, &s->pre);
-    }
-    snap_free(&now);
+    put_snapshot(&w, s, &now);
+    fm_ckpt_put_u8(&w, s->pre.round >= 0);
+    if (s->pre.round >= 0)
+        put_snapshot(&w, s, &s->pre);
     uint8_t *blob = NULL;
     size_t len = 0;
-    if (!ok) {
-        fm_ckpt_abandon(&w);
-        fm_warn("cannot write %s: out of memory", path);
-    } else if (fm_ckpt_finish(&w, &blob, &len) != FM_OK || fm_ckpt_write_file(path, blob, len) != FM_OK) {
+    if (fm_ckpt_finish(&w, &blob, &len) != FM_OK || fm_ckpt_write_file(path, blob, len) != FM_OK)
         fm_warn("%s", fm_error_last());
-    }
     free(blob);
 }
 

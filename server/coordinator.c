@@ -3,31 +3,35 @@
  * is in daemon.c, resume in resume.c. */
 #include "coordinator_internal.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fedmoe/clock.h"
 #include "fedmoe/log.h"
-#include "fedmoe/rng.h"
 #include "fedmoe/runspec_wire.h"
 
-#define WAITING_LOG_S 10.0
-#define BENCH_AFTER 2   /* failed rounds in a row before a client sits out rounds */
-#define BENCH_MAX 16    /* rounds a failing client sits out at most */
+void fm_server_config_from_options(const fm_options_t *o, fm_server_config_t *c)
+{
+    snprintf(c->bind, sizeof c->bind, "%s", o->bind);
+    snprintf(c->db, sizeof c->db, "%s", o->db);
+    c->rounds = o->rounds;
+    c->min_clients = o->min_clients;
+    c->fraction = o->fraction;
+    c->round_timeout = o->round_timeout;
+    c->client_timeout = o->client_timeout;
+    c->new_run = o->new_run;
+    c->max_message = o->max_message;
+    if (o->spec != &c->spec)
+        c->spec = *o->spec;
+}
 
 void fm_server_config_default(fm_server_config_t *c)
 {
+    fm_options_t o;
     memset(c, 0, sizeof *c);
-    snprintf(c->bind, sizeof c->bind, "tcp://*:5555");
-    snprintf(c->db, sizeof c->db, "fedmoe.db");
-    c->rounds = 20;
-    c->min_clients = 2;
-    c->fraction = 1.0;
-    c->round_timeout = 600.0;
-    c->client_timeout = 15.0;
-    fm_run_spec_default(&c->spec);
+    fm_options_default(&o, FM_PROG_SERVER, &c->spec);
+    fm_server_config_from_options(&o, c);
 }
 
 /* ---- sending ---------------------------------------------------------------- */
@@ -43,7 +47,7 @@ int64_t fm_coord_emit(fm_coordinator_t *c, const char *id, Fedmoe__Envelope *env
     return (int64_t)len;
 }
 
-void fm_coord_send_error(fm_coordinator_t *c, const char *id, fm_wire_code code, const char *text)
+static void send_error(fm_coordinator_t *c, const char *id, fm_wire_code code, const char *text)
 {
     fm_warn("client %s: %s", id, text);
     uint8_t *buf;
@@ -98,8 +102,7 @@ void fm_coord_send_task(fm_coordinator_t *c, fm_participant_t *p)
 /* ---- hello ------------------------------------------------------------------ */
 
 /* The partition a Hello gets, or -1 with a reason in why. */
-static int lease_partition(fm_coordinator_t *c, const char *id, int slot, const Fedmoe__Hello *h, char *why,
-                           size_t cap)
+static int lease_partition(fm_coordinator_t *c, int slot, const Fedmoe__Hello *h, char *why, size_t cap)
 {
     if (h->partition_index < -1 || h->partition_index >= c->spec.partition_count) {
         snprintf(why, cap, "partition %d is outside 0..%d", h->partition_index, c->spec.partition_count - 1);
@@ -119,7 +122,6 @@ static int lease_partition(fm_coordinator_t *c, const char *id, int slot, const 
         snprintf(why, cap, "partition %d belongs to client %s", part, fm_registry_at(c->reg, owner)->id);
         return -1;
     }
-    (void)id;
     return part;
 }
 
@@ -143,24 +145,24 @@ static void handle_hello(fm_coordinator_t *c, const char *id, const Fedmoe__Hell
     char why[256];
     if (strcmp(h->client_id, id) != 0) {
         snprintf(why, sizeof why, "hello names client '%.63s' but the socket identity is '%s'", h->client_id, id);
-        fm_coord_send_error(c, id, FM_WIRE_REJECTED, why);
+        send_error(c, id, FM_WIRE_REJECTED, why);
         return;
     }
     if (h->specialists > 63 || (fm_strategy_averages_local(c->spec.strategy) &&
                                 (int)h->specialists != c->spec.model.specialists)) {
         snprintf(why, sizeof why, "%u specialists; strategy %s needs %d on every client", h->specialists,
                  fm_strategy_name(c->spec.strategy), c->spec.model.specialists);
-        fm_coord_send_error(c, id, FM_WIRE_REJECTED, why);
+        send_error(c, id, FM_WIRE_REJECTED, why);
         return;
     }
     int slot = fm_registry_find(c->reg, id);
-    int part = lease_partition(c, id, slot, h, why, sizeof why);
+    int part = lease_partition(c, slot, h, why, sizeof why);
     if (part < 0) {
-        fm_coord_send_error(c, id, FM_WIRE_REJECTED, why);
+        send_error(c, id, FM_WIRE_REJECTED, why);
         return;
     }
     if (slot < 0 && (slot = fm_registry_add(c->reg, id)) < 0) {
-        fm_coord_send_error(c, id, FM_WIRE_REJECTED, "coordinator out of memory");
+        send_error(c, id, FM_WIRE_REJECTED, "coordinator out of memory");
         return;
     }
     fm_client_t *cl = fm_registry_at(c->reg, slot);
@@ -204,21 +206,21 @@ static fm_participant_t *update_target(fm_coordinator_t *c, const char *id, int 
     if (!open || round != (uint32_t)c->round.number) {
         snprintf(why, sizeof why, "update for round %u, but %s", round,
                  open ? "another round is open" : "no round is open");
-        fm_coord_send_error(c, id, FM_WIRE_WRONG_ROUND, why);
+        send_error(c, id, FM_WIRE_WRONG_ROUND, why);
         return NULL;
     }
     fm_participant_t *p = fm_round_find(&c->round, slot);
     if (!p) {
         snprintf(why, sizeof why, "update for round %u, but this client was not selected", round);
-        fm_coord_send_error(c, id, FM_WIRE_WRONG_ROUND, why);
+        send_error(c, id, FM_WIRE_WRONG_ROUND, why);
     } else if (p->state == FM_PART_COMPLETED) {
         snprintf(why, sizeof why, "a second update for round %u", round);
-        fm_coord_send_error(c, id, FM_WIRE_DUPLICATE, why);
+        send_error(c, id, FM_WIRE_DUPLICATE, why);
         p = NULL;
     } else if (p->state != FM_PART_AWAITED) {
         snprintf(why, sizeof why, "update for round %u, but this client's part in it has ended (%s)", round,
                  fm_part_state_name(p->state));
-        fm_coord_send_error(c, id, FM_WIRE_WRONG_ROUND, why);
+        send_error(c, id, FM_WIRE_WRONG_ROUND, why);
         p = NULL;
     }
     return p;
@@ -267,7 +269,7 @@ static void handle_update(fm_coordinator_t *c, const char *id, int slot, const F
         free(prompt);
         fm_round_refuse(&c->round, p);
         snprintf(p->row.status, sizeof p->row.status, "%s", fm_part_state_name(p->state));
-        fm_coord_send_error(c, id, code, why);
+        send_error(c, id, code, why);
         return;
     }
     if (e.model)
@@ -287,7 +289,7 @@ void fm_coordinator_handle(fm_coordinator_t *c, const char *id, const uint8_t *d
 {
     Fedmoe__Envelope *env = NULL;
     if (fm_wire_decode(data, len, c->max_message, &env) != FM_OK) {
-        fm_coord_send_error(c, id, fm_wire_last_code(), fm_error_last());
+        send_error(c, id, fm_wire_last_code(), fm_error_last());
         return;
     }
     int slot = fm_registry_find(c->reg, id);
@@ -307,18 +309,18 @@ void fm_coordinator_handle(fm_coordinator_t *c, const char *id, const uint8_t *d
     case FEDMOE__ENVELOPE__BODY_HELLO: handle_hello(c, id, env->hello, now); break;
     case FEDMOE__ENVELOPE__BODY_UPDATE:
         if (!known)
-            fm_coord_send_error(c, id, FM_WIRE_UNKNOWN_CLIENT, "update before hello");
+            send_error(c, id, FM_WIRE_UNKNOWN_CLIENT, "update before hello");
         else
             handle_update(c, id, slot, env->update, len);
         break;
     case FEDMOE__ENVELOPE__BODY_HEARTBEAT:
         if (!known)
-            fm_coord_send_error(c, id, FM_WIRE_UNKNOWN_CLIENT, "heartbeat before hello");
+            send_error(c, id, FM_WIRE_UNKNOWN_CLIENT, "heartbeat before hello");
         break;
     case FEDMOE__ENVELOPE__BODY_ERROR:
         fm_warn("client %s reports error %u: %.200s", id, env->error->code, env->error->text);
         break;
-    default: fm_coord_send_error(c, id, FM_WIRE_MALFORMED, "a coordinator takes hello, update, heartbeat and error messages"); break;
+    default: send_error(c, id, FM_WIRE_MALFORMED, "a coordinator takes hello, update, heartbeat and error messages"); break;
     }
     fedmoe__envelope__free_unpacked(env, NULL);
 }

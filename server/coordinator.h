@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fedmoe/options.h"
 #include "fedmoe/runspec.h"
 #include "fedmoe/status.h"
 
@@ -33,7 +34,11 @@ typedef struct {
     fm_run_spec_t spec;
 } fm_server_config_t;
 
+/* The coordinator's defaults: those of the option table (fedmoe/options.h). */
 void fm_server_config_default(fm_server_config_t *c);
+/* The coordinator settings of parsed options o (and its run spec, unless o->spec
+ * is c->spec already). */
+void fm_server_config_from_options(const fm_options_t *o, fm_server_config_t *c);
 
 typedef struct fm_coordinator fm_coordinator_t;
 

@@ -33,8 +33,6 @@ struct fm_coordinator {
 
 /* Sends participant p its Task (coordinator.c). */
 void fm_coord_send_task(fm_coordinator_t *c, fm_participant_t *p);
-/* Sends an Error reply and logs it (coordinator.c). */
-void fm_coord_send_error(fm_coordinator_t *c, const char *id, fm_wire_code code, const char *text);
 /* Sends an envelope; returns its size in bytes, 0 when not encoded (coordinator.c). */
 int64_t fm_coord_emit(fm_coordinator_t *c, const char *id, Fedmoe__Envelope *env);
 

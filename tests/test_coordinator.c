@@ -19,6 +19,7 @@
 
 static char dir[256];
 static int db_seq;
+static fm_run_spec_t run_spec; /* the spec of the newest small_config, as the clients know it */
 
 /* ---- the outbox --------------------------------------------------------------- */
 
@@ -83,6 +84,7 @@ static void small_config(fm_server_config_t *cfg, int clients, int quorum)
     m->text_hidden = 8;
     m->prompt_dim = 8;
     m->heads = 2;
+    run_spec = cfg->spec;
 }
 
 static void inject(fm_coordinator_t *c, const char *id, Fedmoe__Envelope *env, double now)
@@ -119,31 +121,32 @@ static void heartbeat(fm_coordinator_t *c, const char *id, double now)
     inject(c, id, &env, now);
 }
 
+typedef enum { HONEST, SHORT, NOT_FINITE } fault_t;
+
 /* The Update a client sends back for its newest Task: the task's model plus
- * delta in every value (or a model one value short when broken). */
-static void update(fm_coordinator_t *c, const char *id, float delta, uint64_t samples, bool broken, double now)
+ * delta in every value; SHORT sends a model one value short, NOT_FINITE one
+ * with a NaN in it. */
+static void update(fm_coordinator_t *c, const char *id, float delta, uint64_t samples, fault_t fault, double now)
 {
     Fedmoe__Envelope *task = NULL;
     assert_true(count_sent(id, FEDMOE__ENVELOPE__BODY_TASK, &task) > 0);
-    fm_run_spec_t spec;
-    fm_run_spec_default(&spec);
-    spec.model.prompt_dim = 8;
-    fm_exchange_dims_t d = {.nmodel = task->task->model[0]->shape[1], .prompt_rows = 4, .prompt_cols = 8,
-                            .nprompt = 32, .max_nonlocal = 4};
+    fm_exchange_dims_t d = fm_exchange_dims(&run_spec, task->task->model[0]->shape[1]);
     fm_task_in_t in;
     fm_wire_code code;
-    assert_int_equal(fm_exchange_read_task(&spec, &d, task->task, &in, &code), FM_OK);
+    assert_int_equal(fm_exchange_read_task(&run_spec, &d, task->task, &in, &code), FM_OK);
     for (size_t i = 0; i < d.nmodel; i++)
         in.model[i] += delta;
-    if (broken)
+    if (fault == SHORT)
         d.nmodel--;
+    if (fault == NOT_FINITE)
+        in.model[d.nmodel / 2] = NAN;
     fm_update_t u = {.round = in.round, .train_samples = samples, .model = in.model, .prompt = in.prompt};
     u.metrics.test_samples = 10;
     u.metrics.test_correct = 7;
     u.metrics.test_accuracy = 0.7;
     uint8_t *buf;
     size_t len;
-    assert_int_equal(fm_exchange_encode_update(&spec, &d, &u, &buf, &len), FM_OK);
+    assert_int_equal(fm_exchange_encode_update(&run_spec, &d, &u, &buf, &len), FM_OK);
     fm_coordinator_handle(c, id, buf, len, now);
     free(buf);
     fm_exchange_task_free(&in);
@@ -202,7 +205,7 @@ static fm_coordinator_t *open_run(fm_server_config_t *cfg, const char *const *id
 static void updates(fm_coordinator_t *c, const char *const *ids, int n, float delta, uint64_t samples, double now)
 {
     for (int i = 0; i < n; i++)
-        update(c, ids[i], delta, samples, false, now);
+        update(c, ids[i], delta, samples, HONEST, now);
 }
 
 /* A tick at now after which the run has `rounds` rounds logged. */
@@ -276,16 +279,19 @@ static void test_refused_update_ends_its_part(void **state)
 {
     (void)state;
     fm_server_config_t cfg;
-    const char *ids[] = {"a", "b", "bad"};
-    fm_coordinator_t *c = open_run(&cfg, ids, 3, 2, 100);
-    update(c, "bad", 0.0f, 100, true, 1.0); /* one value short */
+    const char *ids[] = {"a", "b", "bad", "nan"};
+    fm_coordinator_t *c = open_run(&cfg, ids, 4, 2, 100);
+    update(c, "nan", 0.0f, 100, NOT_FINITE, 0.5);
+    assert_int_equal(last_error_code("nan"), FM_WIRE_BAD_VALUE);
+    update(c, "bad", 0.0f, 100, SHORT, 1.0); /* one value short */
     assert_int_equal(last_error_code("bad"), FM_WIRE_BAD_TENSOR);
-    update(c, "bad", 0.0f, 100, false, 1.5); /* too late: its part ended */
+    update(c, "bad", 0.0f, 100, HONEST, 1.5); /* too late: its part ended */
     assert_int_equal(last_error_code("bad"), FM_WIRE_WRONG_ROUND);
     updates(c, ids, 2, 0.0f, 100, 2.0);
     /* nobody is awaited any more: the round commits now, not at the deadline */
     expect_rounds(c, &cfg, 2.1, 1);
     expect_status(&cfg, 1, "bad", "rejected");
+    expect_status(&cfg, 1, "nan", "rejected");
     finish(&c);
 }
 
@@ -296,13 +302,13 @@ static void test_rehello_gets_task_again(void **state)
     const char *ids[] = {"a", "b"};
     fm_coordinator_t *c = open_run(&cfg, ids, 2, 2, 100);
     assert_int_equal(count_sent("b", FEDMOE__ENVELOPE__BODY_TASK, NULL), 1);
-    update(c, "a", 0.0f, 100, false, 1.0);
+    update(c, "a", 0.0f, 100, HONEST, 1.0);
     /* b restarts mid-round, inside the client timeout: hello, then hello with its data */
     hello(c, "b", 0, 3.0);
     assert_int_equal(count_sent("b", FEDMOE__ENVELOPE__BODY_TASK, NULL), 1);
     hello(c, "b", 100, 4.0);
     assert_int_equal(count_sent("b", FEDMOE__ENVELOPE__BODY_TASK, NULL), 2);
-    update(c, "b", 0.0f, 100, false, 5.0);
+    update(c, "b", 0.0f, 100, HONEST, 5.0);
     expect_rounds(c, &cfg, 5.1, 1);
     finish(&c);
 }
@@ -375,8 +381,8 @@ static void test_resume_from_checkpoint(void **state)
     fm_server_config_t cfg;
     const char *ids[] = {"a", "b"};
     fm_coordinator_t *c = open_run(&cfg, ids, 2, 2, 100);
-    update(c, "a", 1.0f, 100, false, 1.0);
-    update(c, "b", 2.0f, 300, false, 1.0);
+    update(c, "a", 1.0f, 100, HONEST, 1.0);
+    update(c, "b", 2.0f, 300, HONEST, 1.0);
     expect_rounds(c, &cfg, 1.0, 1);
     const Fedmoe__Tensor *t2 = task_model("a", 2);
     size_t n = t2->data.len;

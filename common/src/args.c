@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -106,4 +107,20 @@ fm_status fm_arg_fraction(const char *flag, const char *s, int max_n, int *i, in
     *i = (int)a;
     *n = (int)b;
     return FM_OK;
+}
+
+fm_status fm_arg_choice(const char *flag, const char *s, const char *const *names, int n, int *out)
+{
+    char list[256] = "";
+    size_t used = 0;
+    for (int i = 0; i < n; i++) {
+        if (strcmp(s, names[i]) == 0) {
+            *out = i;
+            return FM_OK;
+        }
+        int k = snprintf(list + used, sizeof list - used, "%s%s", i == 0 ? "" : n == 2 ? " or " : ", ", names[i]);
+        used += k > 0 && (size_t)k < sizeof list - used ? (size_t)k : 0;
+    }
+    fm_error_set("%s: '%.40s' is not %s%s", flag, s, n == 2 ? "" : "one of ", list);
+    return FM_ERR_ARG;
 }

@@ -85,6 +85,15 @@ static fm_status refuse(fm_wire_code *code, fm_wire_code c)
     return FM_ERR_FORMAT;
 }
 
+/* Refuses with code c, the last reason prefixed with which tensor ("model: ..."). */
+static fm_status refuse_tensor(fm_wire_code *code, const char *which, fm_wire_code c)
+{
+    char why[256];
+    snprintf(why, sizeof why, "%s", fm_error_last());
+    fm_error_set("%s: %s", which, why);
+    return refuse(code, c);
+}
+
 fm_status fm_exchange_read_task(const fm_run_spec_t *s, const fm_exchange_dims_t *d, const Fedmoe__Task *t,
                                 fm_task_in_t *out, fm_wire_code *code)
 {
@@ -197,24 +206,14 @@ fm_status fm_exchange_read_update(const fm_run_spec_t *s, const fm_exchange_dims
         fm_error_set("metrics missing or out of range");
         return refuse(code, FM_WIRE_BAD_VALUE);
     }
-    if (e.model) {
-        if (u->n_model != 1) {
-            fm_error_set("model: expected one tensor");
-            return refuse(code, FM_WIRE_BAD_TENSOR);
-        }
-        if (fm_wire_tensor_get(u->model[0], "model", 1, (uint32_t)d->nmodel, model) != FM_OK) {
-            char why[256];
-            snprintf(why, sizeof why, "%s", fm_error_last());
-            fm_error_set("model: %s", why);
-            return refuse(code, fm_wire_last_code());
-        }
-    }
-    if (e.prompt && fm_wire_tensor_get(u->prompt, "prompt", d->prompt_rows, d->prompt_cols, prompt) != FM_OK) {
-        char why[256];
-        snprintf(why, sizeof why, "%s", u->prompt ? fm_error_last() : "missing");
-        fm_error_set("prompt: %s", why);
+    if (e.model && u->n_model != 1) {
+        fm_error_set("model: expected one tensor");
         return refuse(code, FM_WIRE_BAD_TENSOR);
     }
+    if (e.model && fm_wire_tensor_get(u->model[0], "model", 1, (uint32_t)d->nmodel, model) != FM_OK)
+        return refuse_tensor(code, "model", fm_wire_last_code());
+    if (e.prompt && fm_wire_tensor_get(u->prompt, "prompt", d->prompt_rows, d->prompt_cols, prompt) != FM_OK)
+        return refuse_tensor(code, "prompt", FM_WIRE_BAD_TENSOR);
     *out = (fm_metrics_t){
         .train_loss = m->train_loss, .val_loss = m->val_loss, .test_loss = m->test_loss,
         .test_accuracy = m->test_accuracy, .generalist_share = m->generalist_share,

@@ -12,21 +12,22 @@
 #include <string.h>
 
 #include "fedmoe/kernels.h"
+#include "fedmoe/args.h"
 #include "fedmoe/log.h"
 #include "fedmoe/rng.h"
 #include "model_internal.h"
 
+static const char *stem_names[] = {"mlp", "cnn"};
+
+const char *fm_stem_name(fm_stem_kind k) { return stem_names[k == FM_STEM_CNN]; }
+
 fm_status fm_stem_parse(const char *flag, const char *name, fm_stem_kind *out)
 {
-    if (strcmp(name, "mlp") == 0)
-        *out = FM_STEM_MLP;
-    else if (strcmp(name, "cnn") == 0)
-        *out = FM_STEM_CNN;
-    else {
-        fm_error_set("%s: '%s' is not mlp or cnn", flag, name);
-        return FM_ERR_ARG;
-    }
-    return FM_OK;
+    int i;
+    fm_status st = fm_arg_choice(flag, name, stem_names, 2, &i);
+    if (st == FM_OK)
+        *out = i ? FM_STEM_CNN : FM_STEM_MLP;
+    return st;
 }
 
 void fm_model_config_default(fm_model_config_t *c)

@@ -308,6 +308,28 @@ void fm_options_usage(const fm_options_t *o, FILE *f, const char *const titles[F
     }
 }
 
+int fm_options_main(fm_options_t *o, int argc, char **argv, const fm_program_t *p)
+{
+    if (fm_options_parse(o, argc, argv) != FM_OK) {
+        fprintf(stderr, "%s: %s\n", p->name, fm_error_last());
+        return 2;
+    }
+    if (o->help) {
+        fm_run_spec_t spec;
+        fm_options_t *d = malloc(sizeof *d);
+        if (!d)
+            return 2;
+        p->defaults(d, &spec);
+        fputs(p->intro, stdout);
+        fm_options_usage(d, stdout, p->titles);
+        free(d);
+        return 0;
+    }
+    if (o->verbose)
+        fm_log_set_level(FM_LOG_DEBUG);
+    return -1;
+}
+
 int fm_options_forward(fm_options_t *o, fm_prog to, char **argv, int cap)
 {
     size_t n;

@@ -23,10 +23,7 @@ static fm_status flag_on(const char *flag, const char *v, bool *on) { return fm_
 
 static fm_status set_strategy(fm_options_t *o, const char *flag, const char *v)
 {
-    if (fm_strategy_parse(v, &o->spec->strategy) == FM_OK)
-        return FM_OK;
-    fm_error_set("%s: '%s' is not one of local, fedavg, comigs, pfedmoap, full", flag, v);
-    return FM_ERR_ARG;
+    return fm_strategy_parse(flag, v, &o->spec->strategy);
 }
 
 static void show_strategy(const fm_options_t *o, char *buf, size_t cap)
@@ -41,7 +38,7 @@ static fm_status set_stem(fm_options_t *o, const char *flag, const char *v)
 
 static void show_stem(const fm_options_t *o, char *buf, size_t cap)
 {
-    snprintf(buf, cap, "%s", o->spec->model.stem == FM_STEM_CNN ? "cnn" : "mlp");
+    snprintf(buf, cap, "%s", fm_stem_name(o->spec->model.stem));
 }
 
 static fm_status set_schedule(fm_options_t *o, const char *flag, const char *v)
@@ -228,7 +225,7 @@ void fm_options_default(fm_options_t *o, fm_prog prog, struct fm_run_spec *spec)
     o->prog = prog;
     o->spec = spec;
     fm_run_spec_default(spec);
-    /* the coordinator's defaults (fm_server_config_default; test_options checks) */
+    /* the coordinator's defaults (fm_server_config_default reads them here) */
     snprintf(o->bind, sizeof o->bind, "tcp://*:5555");
     snprintf(o->db, sizeof o->db, "%s", prog == FM_PROG_SIM ? "fedmoe-sim.db" : "fedmoe.db");
     o->rounds = 20;
@@ -236,8 +233,8 @@ void fm_options_default(fm_options_t *o, fm_prog prog, struct fm_run_spec *spec)
     o->fraction = 1.0;
     o->round_timeout = 600.0;
     o->client_timeout = 15.0;
-    /* the client's (fm_session_config_default gives the id) */
-    snprintf(o->connect, sizeof o->connect, "tcp://127.0.0.1:5555");
+    /* the client's (fedmoe-client takes the endpoint and id from
+     * fm_session_config_default) */
     o->partition_index = -1;
     o->epochs = 10;
     o->threads = 1;

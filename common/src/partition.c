@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fedmoe/args.h"
 #include "fedmoe/log.h"
 #include "fedmoe/rng.h"
 
@@ -24,15 +25,13 @@ const char *fm_partition_kind_name(fm_partition_kind k)
     return (unsigned)k < 3 ? kind_names[k] : "dirichlet";
 }
 
-fm_status fm_partition_kind_parse(const char *name, fm_partition_kind *out)
+fm_status fm_partition_kind_parse(const char *flag, const char *name, fm_partition_kind *out)
 {
-    for (int i = 0; i < 3; i++)
-        if (strcmp(name, kind_names[i]) == 0) {
-            *out = (fm_partition_kind)i;
-            return FM_OK;
-        }
-    fm_error_set("unknown partition scheme '%.20s'", name);
-    return FM_ERR_ARG;
+    int i;
+    fm_status st = fm_arg_choice(flag, name, kind_names, 3, &i);
+    if (st == FM_OK)
+        *out = (fm_partition_kind)i;
+    return st;
 }
 
 /* A growable list of indices per client. */

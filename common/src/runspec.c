@@ -4,36 +4,33 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "fedmoe/args.h"
 #include "fedmoe/log.h"
 
 static const char *names[] = {"local", "fedavg", "comigs", "pfedmoap", "full"};
 
 const char *fm_strategy_name(fm_strategy s) { return (unsigned)s < 5 ? names[s] : "?"; }
 
-fm_status fm_strategy_parse(const char *name, fm_strategy *out)
+fm_status fm_strategy_parse(const char *flag, const char *name, fm_strategy *out)
 {
-    for (int i = 0; i < 5; i++)
-        if (strcmp(name, names[i]) == 0) {
-            *out = (fm_strategy)i;
-            return FM_OK;
-        }
-    fm_error_set("strategy '%s' is not one of local, fedavg, comigs, pfedmoap, full", name);
-    return FM_ERR_ARG;
+    int i;
+    fm_status st = fm_arg_choice(flag, name, names, 5, &i);
+    if (st == FM_OK)
+        *out = (fm_strategy)i;
+    return st;
 }
 
-const char *fm_lr_schedule_name(fm_lr_schedule s) { return s == FM_LR_COSINE ? "cosine" : "constant"; }
+static const char *schedule_names[] = {"constant", "cosine"};
+
+const char *fm_lr_schedule_name(fm_lr_schedule s) { return schedule_names[s == FM_LR_COSINE]; }
 
 fm_status fm_lr_schedule_parse(const char *flag, const char *name, fm_lr_schedule *out)
 {
-    if (!strcmp(name, "constant"))
-        *out = FM_LR_CONSTANT;
-    else if (!strcmp(name, "cosine"))
-        *out = FM_LR_COSINE;
-    else {
-        fm_error_set("%s: '%s' is not constant or cosine", flag, name);
-        return FM_ERR_ARG;
-    }
-    return FM_OK;
+    int i;
+    fm_status st = fm_arg_choice(flag, name, schedule_names, 2, &i);
+    if (st == FM_OK)
+        *out = i ? FM_LR_COSINE : FM_LR_CONSTANT;
+    return st;
 }
 
 float fm_lr_schedule_scale(fm_lr_schedule s, int round, int rounds)
@@ -119,7 +116,7 @@ size_t fm_run_spec_json(const fm_run_spec_t *s, char *buf, size_t cap)
         "\"weight_decay\":%g,\"local_epochs\":%d,\"lb_in_upper\":%s,\"anchor\":%g,\"lr_schedule\":\"%s\"}}",
         fm_strategy_name(s->strategy), (unsigned long long)s->seed, s->dataset, fm_partition_kind_name(s->part.kind),
         s->part.alpha, s->part.classes_per_client, s->part.min_samples, s->partition_count, s->holdout ? "true" : "false",
-        c->stem == FM_STEM_CNN ? "cnn" : "mlp", c->in_dim, c->classes, c->d, c->blocks, c->generalists,
+        fm_stem_name(c->stem), c->in_dim, c->classes, c->d, c->blocks, c->generalists,
         c->specialists, c->ffn_hidden, c->top_k, c->lb_weight, c->generalist_importance, c->prompt_len,
         c->prompt_dim, c->text_hidden, c->heads, c->max_nonlocal, c->attn_scale, c->lambda, c->tau,
         c->gating ? "true" : "false", c->gating_on_validation ? "true" : "false", s->train.batch,

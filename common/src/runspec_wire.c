@@ -14,7 +14,7 @@ static void spec_to_pb(const fm_run_spec_t *s, Fedmoe__ModelSpec *m, Fedmoe__Tra
     m->img_h = (uint32_t)c->img_h;
     m->img_w = (uint32_t)c->img_w;
     m->classes = (uint32_t)c->classes;
-    m->stem = c->stem == FM_STEM_CNN ? "cnn" : "mlp";
+    m->stem = (char *)fm_stem_name(c->stem);
     m->d = (uint32_t)c->d;
     m->blocks = (uint32_t)c->blocks;
     m->generalists = (uint32_t)c->generalists;
@@ -77,7 +77,7 @@ fm_status fm_run_spec_from_welcome(fm_run_spec_t *s, const Fedmoe__Welcome *w, i
         fm_error_set("welcome without model, train or data spec");
         return FM_ERR_FORMAT;
     }
-    if (fm_strategy_parse(w->strategy, &s->strategy) != FM_OK)
+    if (fm_strategy_parse("strategy", w->strategy, &s->strategy) != FM_OK)
         return FM_ERR_FORMAT;
     s->seed = w->seed;
     const Fedmoe__ModelSpec *m = w->model;
@@ -86,10 +86,8 @@ fm_status fm_run_spec_from_welcome(fm_run_spec_t *s, const Fedmoe__Welcome *w, i
     c->img_h = CAP_INT(m->img_h, 1u << 16);
     c->img_w = CAP_INT(m->img_w, 1u << 16);
     c->classes = CAP_INT(m->classes, 256);
-    if (fm_stem_parse("stem", m->stem, &c->stem) != FM_OK) {
-        fm_error_set("unknown stem '%.20s'", m->stem);
+    if (fm_stem_parse("stem", m->stem, &c->stem) != FM_OK)
         return FM_ERR_FORMAT;
-    }
     c->d = CAP_INT(m->d, 4096);
     c->blocks = CAP_INT(m->blocks, 64);
     c->generalists = CAP_INT(m->generalists, 64);
@@ -129,7 +127,7 @@ fm_status fm_run_spec_from_welcome(fm_run_spec_t *s, const Fedmoe__Welcome *w, i
     s->local_epochs = CAP_INT(t->local_epochs, 1000);
     const Fedmoe__DataSpec *d = w->data;
     snprintf(s->dataset, sizeof s->dataset, "%s", d->dataset);
-    if (fm_partition_kind_parse(d->scheme, &s->part.kind) != FM_OK)
+    if (fm_partition_kind_parse("scheme", d->scheme, &s->part.kind) != FM_OK)
         return FM_ERR_FORMAT;
     s->part.alpha = d->alpha;
     s->part.classes_per_client = CAP_INT(d->classes_per_client, 256);

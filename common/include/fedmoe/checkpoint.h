@@ -69,8 +69,8 @@ fm_status fm_ckpt_close(fm_ckpt_reader_t *r, const char *what);
 /* Writes blob to path atomically (a temporary file, fsync, rename). */
 fm_status fm_ckpt_write_file(const char *path, const uint8_t *blob, size_t len);
 /* Reads a whole file of at most max_len bytes into a malloc'd buffer (caller
- * frees). FM_ERR_IO when it cannot be read (errno kept: ENOENT when missing),
- * FM_ERR_FORMAT when it is larger than max_len. */
+ * frees). FM_ERR_IO when it cannot be read (missing, no permission),
+ * FM_ERR_FORMAT when it is not a regular file or is larger than max_len. */
 fm_status fm_ckpt_read_file(const char *path, size_t max_len, uint8_t **out, size_t *len);
 
 #endif

@@ -50,6 +50,8 @@ typedef struct {
 /* Parses a stem name into *out: "mlp" or "cnn"; FM_ERR_ARG with a reason naming
  * flag (fm_error_last) otherwise. */
 fm_status fm_stem_parse(const char *flag, const char *name, fm_stem_kind *out);
+/* "mlp" or "cnn". */
+const char *fm_stem_name(fm_stem_kind k);
 
 /* Fills c with the defaults of DESIGN section 2. */
 void fm_model_config_default(fm_model_config_t *c);

@@ -129,6 +129,22 @@ void fm_options_usage(const fm_options_t *o, FILE *f, const char *const titles[F
  * o and live as long as it does. */
 int fm_options_forward(fm_options_t *o, fm_prog to, char **argv, int cap);
 
+/* How a program presents itself: its name for error lines, the text --help
+ * prints before the option lines, the section titles (FM_OPT_GROUPS entries, or
+ * NULL) and its defaults (what --help shows). */
+typedef struct {
+    const char *name;
+    const char *intro;
+    const char *const *titles;
+    void (*defaults)(fm_options_t *o, struct fm_run_spec *spec);
+} fm_program_t;
+
+/* A program's command line, once o holds the program's defaults: parsed through
+ * the table (fm_options_parse), --verbose turning on debug logging. Returns -1
+ * to go on, or the exit status to end with: 2 after a bad option ("NAME: reason"
+ * on stderr), 0 after --help (printed on stdout with the program's defaults). */
+int fm_options_main(fm_options_t *o, int argc, char **argv, const fm_program_t *p);
+
 /* Whether option name was set (by a flag or a config key). */
 bool fm_options_given(const fm_options_t *o, const char *name);
 

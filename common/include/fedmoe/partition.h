@@ -30,7 +30,7 @@ void fm_partition_config_default(fm_partition_config_t *c);
 /* "dirichlet", "pathological" or "iid" (the wire and round-log names); a static string. */
 const char *fm_partition_kind_name(fm_partition_kind k);
 /* The inverse of fm_partition_kind_name; FM_ERR_ARG with a reason otherwise. */
-fm_status fm_partition_kind_parse(const char *name, fm_partition_kind *out);
+fm_status fm_partition_kind_parse(const char *flag, const char *name, fm_partition_kind *out);
 
 /* Client i owns index[offset[i] .. offset[i+1]), ascending. */
 typedef struct {

@@ -40,7 +40,7 @@ fm_status fm_lr_schedule_parse(const char *flag, const char *name, fm_lr_schedul
 float fm_lr_schedule_scale(fm_lr_schedule s, int round, int rounds);
 
 const char *fm_strategy_name(fm_strategy s);
-fm_status fm_strategy_parse(const char *name, fm_strategy *out);
+fm_status fm_strategy_parse(const char *flag, const char *name, fm_strategy *out);
 /* Clients upload prompts and receive the global prompt. */
 bool fm_strategy_shares_prompt(fm_strategy s);
 /* The coordinator keeps a prompt pool and sends the K nearest; clients gate. */
