@@ -111,23 +111,25 @@ static int bench_train(int argc, char **argv)
         x[i] = (float)fm_rng_normal(&r);
     for (int i = 0; i < pool * batch; i++)
         y[i] = (uint8_t)fm_rng_below(&r, (uint32_t)mc.classes);
+    fm_dataset_t ds = {.n = (size_t)pool * batch, .dim = mc.in_dim, .classes = mc.classes, .x = x, .y = y};
+    fm_batch_t b[pool];
+    for (int i = 0; i < pool; i++)
+        b[i] = (fm_batch_t){.ds = &ds, .first = (size_t)i * batch, .n = batch};
     for (int i = 0; i < 20; i++) /* warm-up */
-        fm_trainer_step(t, FM_LEVEL_LOWER, x + (size_t)(i % pool) * batch * mc.in_dim, y + (i % pool) * batch, batch);
+        fm_trainer_step(t, FM_LEVEL_LOWER, &b[i % pool]);
     double *sps = malloc(sizeof(double) * repeats), *gfl = malloc(sizeof(double) * repeats);
     double *usps = malloc(sizeof(double) * repeats);
     for (int rep = 0; rep < repeats; rep++) {
         uint64_t f0 = fm_gemm_flops();
         double t0 = fm_clock_seconds();
         for (int i = 0; i < steps; i++)
-            fm_trainer_step(t, FM_LEVEL_LOWER, x + (size_t)(i % pool) * batch * mc.in_dim, y + (i % pool) * batch,
-                            batch);
+            fm_trainer_step(t, FM_LEVEL_LOWER, &b[i % pool]);
         double dt = fm_clock_seconds() - t0;
         sps[rep] = (double)steps * batch / dt;
         gfl[rep] = (double)(fm_gemm_flops() - f0) / dt / 1e9;
         t0 = fm_clock_seconds();
         for (int i = 0; i < steps; i++)
-            fm_trainer_step(t, FM_LEVEL_UPPER, x + (size_t)(i % pool) * batch * mc.in_dim, y + (i % pool) * batch,
-                            batch);
+            fm_trainer_step(t, FM_LEVEL_UPPER, &b[i % pool]);
         usps[rep] = (double)steps * batch / (fm_clock_seconds() - t0);
     }
     double peak = sgemm_peak(1024);

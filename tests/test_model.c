@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "fedmoe/kernels.h"
+#include "fedmoe/log.h"
 #include "fedmoe/model.h"
 #include "fedmoe/rng.h"
 #include "fedmoe/runspec.h"
@@ -52,6 +53,7 @@ static void small_config(fm_model_config_t *c, fm_stem_kind stem)
 typedef struct {
     float *x;
     uint8_t y[BATCH];
+    fm_dataset_t ds; /* set by fwd: a view of x and y */
 } batch_t;
 
 static batch_t make_batch(const fm_model_config_t *c, uint64_t seed)
@@ -64,6 +66,21 @@ static batch_t make_batch(const fm_model_config_t *c, uint64_t seed)
     for (int i = 0; i < BATCH; i++)
         b.y[i] = (uint8_t)fm_rng_below(&r, (uint32_t)c->classes);
     return b;
+}
+
+/* The whole of b as one fm_batch_t. */
+static fm_batch_t whole(const fm_model_t *m, batch_t *b)
+{
+    const fm_model_config_t *c = fm_model_config(m);
+    b->ds = (fm_dataset_t){.n = BATCH, .dim = c->in_dim, .classes = c->classes, .x = b->x, .y = b->y};
+    return (fm_batch_t){.ds = &b->ds, .n = BATCH};
+}
+
+/* fm_model_forward on the whole of b. */
+static float fwd(fm_model_t *m, batch_t *b, bool with_lb, float *logits)
+{
+    fm_batch_t fb = whole(m, b);
+    return fm_model_forward(m, &fb, with_lb, logits, NULL);
 }
 
 static void set_random_nonlocal(fm_model_t *m, int K, uint64_t seed)
@@ -95,11 +112,11 @@ static void randomize_local(fm_model_t *m, uint64_t seed)
 }
 
 /* Checks every parameter view; returns how many coordinates were compared. */
-static int gradcheck(fm_model_t *m, const batch_t *b, bool with_lb)
+static int gradcheck(fm_model_t *m, batch_t *b, bool with_lb)
 {
     fm_params_t *ps = fm_model_params(m);
     fm_params_zero_grad(ps);
-    fm_model_forward(m, b->x, b->y, BATCH, with_lb, NULL, NULL);
+    fwd(m, b, with_lb, NULL);
     uint64_t sig = fm_model_branch_signature(m);
     fm_model_backward(m, FM_LEVEL_LOWER | FM_LEVEL_UPPER);
     float *ana[FM_GROUP_COUNT];
@@ -116,10 +133,10 @@ static int gradcheck(fm_model_t *m, const batch_t *b, bool with_lb)
         for (size_t j = 0; j < p->size; j += step) {
             float *w = p->view->w + j, keep = *w;
             *w = keep + h;
-            float lp = fm_model_forward(m, b->x, b->y, BATCH, with_lb, NULL, NULL);
+            float lp = fwd(m, b, with_lb, NULL);
             uint64_t sp = fm_model_branch_signature(m);
             *w = keep - h;
-            float lm = fm_model_forward(m, b->x, b->y, BATCH, with_lb, NULL, NULL);
+            float lm = fwd(m, b, with_lb, NULL);
             uint64_t sm = fm_model_branch_signature(m);
             *w = keep;
             if (sp != sig || sm != sig) {
@@ -180,7 +197,7 @@ static void run_gradcheck(fm_stem_kind stem, int K, bool gating, int G, int S, i
     gradcheck(m, &b, false);
     /* every part of the model received gradient */
     fm_params_zero_grad(fm_model_params(m));
-    fm_model_forward(m, b.x, b.y, BATCH, true, NULL, NULL);
+    fwd(m, &b, true, NULL);
     fm_model_backward(m, FM_LEVEL_LOWER | FM_LEVEL_UPPER);
     assert_true(grad_mass(m, ROLE(FM_ROLE_STEM), -1) > 0);
     assert_true(grad_mass(m, ROLE(FM_ROLE_NORM), 0) > 0);
@@ -229,14 +246,15 @@ static void test_frozen_parts_stay_frozen(void **state)
     tc.lower.lr = 0.05f;
     fm_trainer_t *t = NULL;
     assert_int_equal(fm_trainer_new(&t, m, &tc, 1, 1), FM_OK);
+    fm_batch_t fb = whole(m, &b);
     for (int i = 0; i < 5; i++)
-        fm_trainer_step(t, FM_LEVEL_LOWER, b.x, b.y, BATCH);
+        fm_trainer_step(t, FM_LEVEL_LOWER, &fb);
     /* the local prompt moved */
     assert_true(memcmp(prompt0, prompt, sizeof(float) * psz) != 0);
     /* the cached non-local features are as set: re-setting them changes no logit */
-    fm_model_forward(m, b.x, b.y, BATCH, false, logits0, NULL);
+    fwd(m, &b, false, logits0);
     set_random_nonlocal(m, 2, 4);
-    fm_model_forward(m, b.x, b.y, BATCH, false, logits1, NULL);
+    fwd(m, &b, false, logits1);
     assert_memory_equal(logits0, logits1, sizeof logits0);
     /* the encoder is unchanged: the old prompt gives the old text features */
     memcpy(prompt, prompt0, sizeof(float) * psz);
@@ -271,7 +289,7 @@ static void test_blas_and_naive_agree(void **state)
     for (int naive = 0; naive < 2; naive++) {
         fm_kernels_use_naive(naive);
         fm_params_zero_grad(ps);
-        loss[naive] = fm_model_forward(m, b.x, b.y, BATCH, true, NULL, NULL);
+        loss[naive] = fwd(m, &b, true, NULL);
         fm_model_backward(m, FM_LEVEL_LOWER | FM_LEVEL_UPPER);
         for (int k = 0; k < FM_GROUP_COUNT; k++) {
             g[naive][k] = malloc(sizeof(float) * ps->groups[k].size);
@@ -333,7 +351,7 @@ static void run_between(fm_stem_kind stem)
     fm_params_t *ps = fm_model_params(m);
     float *want[FM_GROUP_COUNT];
     fm_params_zero_grad(ps);
-    fm_model_forward(m, b.x, b.y, BATCH, true, NULL, NULL);
+    fwd(m, &b, true, NULL);
     fm_model_backward(m, FM_LEVEL_LOWER | FM_LEVEL_UPPER);
     for (int g = 0; g < FM_GROUP_COUNT; g++) {
         want[g] = malloc(sizeof(float) * (ps->groups[g].size + 1));
@@ -341,7 +359,7 @@ static void run_between(fm_stem_kind stem)
     }
     for (int variant = 0; variant < 4; variant++) {
         fm_params_zero_grad(ps);
-        fm_model_forward(m, b.x, b.y, BATCH, true, NULL, NULL);
+        fwd(m, &b, true, NULL);
         if (variant == 0)
             set_random_nonlocal(m, 3, 4); /* the same prompts again */
         else if (variant == 1)
@@ -455,6 +473,59 @@ static void test_config_errors(void **state)
     c.generalists = 0;
     c.specialists = 0;
     assert_int_equal(fm_model_config_check(&c), FM_ERR_ARG);
+    fm_model_config_default(&c);
+    c.family = (fm_model_family_kind)7; /* no such family */
+    assert_int_equal(fm_model_config_check(&c), FM_ERR_ARG);
+    assert_non_null(strstr(fm_error_last(), "family"));
+}
+
+/* Through the family interface: a batch read in place (first, n) and the same
+ * examples gathered by index give the same objective and gradients; data of the
+ * wrong shape is refused by the trainer and by evaluation with a reason. */
+static void test_batch_paths_and_data_shape(void **state)
+{
+    (void)state;
+    fm_model_config_t c;
+    small_config(&c, FM_STEM_MLP);
+    fm_model_t *m = NULL;
+    assert_int_equal(fm_model_new(&m, &c, 3, 4), FM_OK);
+    batch_t b = make_batch(&c, 8);
+    fm_batch_t in_place = whole(m, &b);
+    uint32_t idx[BATCH];
+    for (int i = 0; i < BATCH; i++)
+        idx[i] = (uint32_t)i;
+    fm_batch_t gathered = {.ds = &b.ds, .idx = idx, .n = BATCH};
+    fm_params_t *ps = fm_model_params(m);
+    size_t n = ps->groups[FM_GROUP_SHARED].size;
+    float *g0 = malloc(sizeof(float) * n);
+    fm_params_zero_grad(ps);
+    float l0 = fm_model_forward(m, &in_place, true, NULL, NULL);
+    fm_model_backward(m, FM_LEVEL_LOWER | FM_LEVEL_UPPER);
+    memcpy(g0, ps->groups[FM_GROUP_SHARED].g, sizeof(float) * n);
+    fm_params_zero_grad(ps);
+    float l1 = fm_model_forward(m, &gathered, true, NULL, NULL);
+    fm_model_backward(m, FM_LEVEL_LOWER | FM_LEVEL_UPPER);
+    assert_true(l0 == l1);
+    assert_memory_equal(g0, ps->groups[FM_GROUP_SHARED].g, sizeof(float) * n);
+
+    fm_dataset_t wrong = b.ds;
+    wrong.dim = c.in_dim + 1;
+    fm_eval_t ev;
+    assert_int_equal(fm_evaluate(m, &wrong, &ev), FM_ERR_ARG);
+    assert_non_null(strstr(fm_error_last(), "evaluate: data has 13 features, the model expects 12"));
+    fm_train_config_t tc;
+    fm_train_config_default(&tc);
+    fm_trainer_t *t = NULL;
+    fm_train_stats_t ts;
+    assert_int_equal(fm_trainer_new(&t, m, &tc, 1, 1), FM_OK);
+    wrong = b.ds;
+    wrong.classes = c.classes + 1;
+    assert_int_equal(fm_trainer_run(t, &wrong, NULL, 1, &ts), FM_ERR_ARG);
+    assert_non_null(strstr(fm_error_last(), "train: data has 5 classes, the model has 4"));
+    fm_trainer_destroy(&t);
+    free(g0);
+    free(b.x);
+    fm_model_destroy(&m);
 }
 
 int main(void)
@@ -473,6 +544,7 @@ int main(void)
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_set_nonlocal_between_forward_and_backward),
         cmocka_unit_test(test_roles),
+        cmocka_unit_test(test_batch_paths_and_data_shape),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -88,7 +88,8 @@ static bool changed(fm_model_t *m, const snapshot_t *s, const fm_param_t *p)
 static void check_step_moves_only(fm_model_t *m, fm_trainer_t *t, fm_level level, const fm_dataset_t *d)
 {
     snapshot_t s = snap(m);
-    fm_trainer_step(t, level, d->x, d->y, 32);
+    fm_batch_t b = {.ds = d, .n = 32};
+    fm_trainer_step(t, level, &b);
     fm_params_t *ps = fm_model_params(m);
     for (int i = 0; i < ps->count; i++) {
         const fm_param_t *p = &ps->params[i];

@@ -1,8 +1,8 @@
-/* model.c - the model as a whole: configuration, create/destroy, the parameter
- * registry and initialisation (by role and kind), the batch workspace (two
- * arenas: activations and gradient scratch), and the forward/backward passes as a
- * list of component calls. The components: model_stem.c, model_moe.c,
- * model_head.c; their shared layout: model_internal.h. */
+/* model.c - the model front: configuration defaults and the checks every family
+ * shares, the parameter registry's rules (group, level and decay from role and
+ * kind; initial values by role and kind), and the public fm_model_* functions,
+ * which dispatch to the configured family (model_family.h). The image family:
+ * model_image.c. */
 #include "fedmoe/model.h"
 
 #include <math.h>
@@ -11,11 +11,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fedmoe/kernels.h"
 #include "fedmoe/args.h"
 #include "fedmoe/log.h"
 #include "fedmoe/rng.h"
 #include "model_internal.h"
+
+/* Indexed by fm_model_family_kind. */
+static const fm_model_family_t *const families[] = {&fm_family_image};
+#define FAMILY_COUNT ((int)(sizeof families / sizeof families[0]))
 
 static const char *stem_names[] = {"mlp", "cnn"};
 
@@ -33,6 +36,7 @@ fm_status fm_stem_parse(const char *flag, const char *name, fm_stem_kind *out)
 void fm_model_config_default(fm_model_config_t *c)
 {
     memset(c, 0, sizeof *c);
+    c->family = FM_FAMILY_IMAGE;
     c->in_dim = 784;
     c->img_h = 28;
     c->img_w = 28;
@@ -60,45 +64,21 @@ void fm_model_config_default(fm_model_config_t *c)
 
 fm_status fm_model_config_check(const fm_model_config_t *c)
 {
-#define REQUIRE(cond, ...)           \
-    do {                             \
-        if (!(cond)) {               \
-            fm_error_set(__VA_ARGS__); \
-            return FM_ERR_ARG;       \
-        }                            \
-    } while (0)
-    REQUIRE(c->in_dim > 0 && c->in_dim <= 1 << 20, "model: in_dim %d out of range", c->in_dim);
-    REQUIRE(c->classes >= 2 && c->classes <= 256, "model: classes %d out of range (2..256)", c->classes);
-    REQUIRE(c->d >= 2 && c->d <= 4096, "model: width d %d out of range", c->d);
-    REQUIRE(c->blocks >= 0 && c->blocks <= 64, "model: blocks %d out of range", c->blocks);
-    REQUIRE(c->generalists >= 0 && c->specialists >= 0 && c->generalists + c->specialists >= 1 &&
-                c->generalists + c->specialists <= 64,
-            "model: need 1..64 experts (generalists %d + specialists %d)", c->generalists, c->specialists);
-    REQUIRE(c->ffn_hidden >= 1 && c->ffn_hidden <= 65536, "model: ffn_hidden %d out of range", c->ffn_hidden);
-    REQUIRE(c->top_k >= 1, "model: top_k must be at least 1");
-    REQUIRE(c->generalist_importance >= 0.0f && c->generalist_importance <= 1.0f,
-            "model: generalist_importance must be in [0, 1]");
-    REQUIRE(c->lb_weight >= 0.0f, "model: lb_weight must be >= 0");
-    REQUIRE(c->prompt_len >= 1 && c->prompt_dim >= 1 && c->text_hidden >= 1, "model: prompt sizes must be positive");
-    REQUIRE(c->heads >= 1 && c->d % c->heads == 0, "model: heads %d must divide d %d", c->heads, c->d);
-    REQUIRE(c->max_nonlocal >= 0 && c->max_nonlocal <= 64, "model: max_nonlocal %d out of range", c->max_nonlocal);
-    if (c->stem == FM_STEM_CNN) {
-        REQUIRE(c->img_h * c->img_w == c->in_dim, "model: cnn stem needs in_dim = img_h * img_w");
-        int h1 = c->img_h - CNN_K + 1, w1 = c->img_w - CNN_K + 1;
-        REQUIRE(h1 > 0 && w1 > 0 && h1 % 2 == 0 && w1 % 2 == 0, "model: image %dx%d does not fit the cnn stem", c->img_h, c->img_w);
-        int h2 = h1 / 2 - CNN_K + 1, w2 = w1 / 2 - CNN_K + 1;
-        REQUIRE(h2 > 0 && w2 > 0 && h2 % 2 == 0 && w2 % 2 == 0, "model: image %dx%d does not fit the cnn stem", c->img_h, c->img_w);
-    }
-    return FM_OK;
-#undef REQUIRE
+    FM_MODEL_REQUIRE((int)c->family >= 0 && (int)c->family < FAMILY_COUNT, "model: unknown family %d", (int)c->family);
+    FM_MODEL_REQUIRE(c->d >= 2 && c->d <= 4096, "model: width d %d out of range", c->d);
+    FM_MODEL_REQUIRE(c->blocks >= 0 && c->blocks <= 64, "model: blocks %d out of range", c->blocks);
+    FM_MODEL_REQUIRE(c->generalists >= 0 && c->specialists >= 0 && c->generalists + c->specialists >= 1 &&
+                         c->generalists + c->specialists <= 64,
+                     "model: need 1..64 experts (generalists %d + specialists %d)", c->generalists, c->specialists);
+    FM_MODEL_REQUIRE(c->ffn_hidden >= 1 && c->ffn_hidden <= 65536, "model: ffn_hidden %d out of range", c->ffn_hidden);
+    FM_MODEL_REQUIRE(c->top_k >= 1, "model: top_k must be at least 1");
+    FM_MODEL_REQUIRE(c->generalist_importance >= 0.0f && c->generalist_importance <= 1.0f,
+                     "model: generalist_importance must be in [0, 1]");
+    FM_MODEL_REQUIRE(c->lb_weight >= 0.0f, "model: lb_weight must be >= 0");
+    return families[c->family]->check(c);
 }
 
-
-const fm_model_config_t *fm_model_config(const fm_model_t *m) { return &m->cfg; }
-fm_params_t *fm_model_params(fm_model_t *m) { return &m->ps; }
-int fm_model_experts(const fm_model_t *m) { return m->E; }
-
-/* ---- construction ---------------------------------------------------------- */
+/* ---- the parameter registry's rules ------------------------------------------ */
 
 fm_status fm_model_add_param(fm_model_t *m, fm_view_t *view, fm_role role, fm_param_kind kind, int block,
                              int unit, int rows, int cols, const char *fmt, ...)
@@ -122,19 +102,9 @@ fm_status fm_model_add_param(fm_model_t *m, fm_view_t *view, fm_role role, fm_pa
     return fm_params_add(&m->ps, view, name, &s);
 }
 
-/* Stem, blocks, head: this order is the layout of every group (and so of what
- * clients send and store); it must not change. */
-static fm_status register_params(fm_model_t *m)
-{
-    fm_status st = fm_stem_register(m);
-    for (int l = 0; l < m->cfg.blocks && st == FM_OK; l++)
-        st = fm_moe_register(m, l);
-    return st == FM_OK ? fm_head_register(m) : st;
-}
-
 /* Draws the initial values in registration order: the local group from the
  * client's stream, the others from the shared one. */
-static void init_params(fm_model_t *m, uint64_t seed, uint64_t local_stream)
+void fm_model_init_params(fm_model_t *m, uint64_t seed, uint64_t local_stream)
 {
     fm_rng_t shared, local;
     fm_rng_init(&shared, seed, fm_rng_stream(FM_STREAM_INIT, 0));
@@ -158,172 +128,56 @@ static void init_params(fm_model_t *m, uint64_t seed, uint64_t local_stream)
     }
 }
 
+/* ---- dispatch ---------------------------------------------------------------- */
+
 fm_status fm_model_new(fm_model_t **out, const fm_model_config_t *cfg, uint64_t seed, uint64_t local_stream)
 {
     *out = NULL;
     fm_status st = fm_model_config_check(cfg);
-    if (st != FM_OK)
-        return st;
-    fm_model_t *m = calloc(1, sizeof *m);
-    if (!m)
-        return FM_ERR_NOMEM;
-    m->cfg = *cfg;
-    m->E = cfg->generalists + cfg->specialists;
-    m->k = cfg->top_k < m->E ? cfg->top_k : m->E;
-    m->hd = cfg->d / cfg->heads;
-    m->gate_level = cfg->gating_on_validation ? FM_LEVEL_UPPER : FM_LEVEL_LOWER;
-    fm_stem_geometry(m);
-    m->blocks = calloc(cfg->blocks ? cfg->blocks : 1, sizeof(fm_block_t));
-    if (!m->blocks) {
-        st = FM_ERR_NOMEM;
-        goto fail;
-    }
-    for (int l = 0; l < cfg->blocks; l++) {
-        m->blocks[l].experts = calloc(m->E, sizeof(fm_expert_t));
-        if (!m->blocks[l].experts) {
-            st = FM_ERR_NOMEM;
-            goto fail;
-        }
-    }
-    if ((st = register_params(m)) != FM_OK || (st = fm_params_alloc(&m->ps)) != FM_OK)
-        goto fail;
-    init_params(m, seed, local_stream);
-    if ((st = fm_head_init_encoder(m, seed)) != FM_OK)
-        goto fail;
-    *out = m;
-    return FM_OK;
-fail:
-    if (st == FM_ERR_NOMEM)
-        fm_error_set("model: out of memory");
-    fm_model_destroy(&m);
-    return st;
+    return st == FM_OK ? families[cfg->family]->create(out, cfg, seed, local_stream) : st;
 }
 
 void fm_model_destroy(fm_model_t **mp)
 {
     if (!mp || !*mp)
         return;
-    fm_model_t *m = *mp;
-    if (m->blocks)
-        for (int l = 0; l < m->cfg.blocks; l++)
-            free(m->blocks[l].experts);
-    free(m->blocks);
-    fm_params_free(&m->ps);
-    fm_head_free(m);
-    free(m->act_arena);
-    free(m->grad_arena);
-    free(m);
+    (*mp)->family->destroy(*mp);
     *mp = NULL;
 }
 
-/* ---- workspace ------------------------------------------------------------- */
+const fm_model_config_t *fm_model_config(const fm_model_t *m) { return &m->cfg; }
+fm_params_t *fm_model_params(fm_model_t *m) { return &m->ps; }
+int fm_model_experts(const fm_model_t *m) { return m->experts; }
 
-void *fm_layout_take(fm_layout_t *L, size_t bytes)
+fm_status fm_model_accepts(const fm_model_t *m, const fm_dataset_t *ds, const char *who)
 {
-    L->off = (L->off + 63) & ~(size_t)63;
-    void *p = L->base ? L->base + L->off : NULL;
-    L->off += bytes;
-    return p;
+    return m->family->accepts(m, ds, who);
 }
 
-/* Lays out every batch buffer in the two arenas (act, grad); with NULL bases it
- * only measures. */
-static void layout_workspace(fm_model_t *m, int B, fm_layout_t *act, fm_layout_t *grad)
+float fm_model_forward(fm_model_t *m, const fm_batch_t *b, bool with_lb, float *logits, fm_batch_stats_t *stats)
 {
-    FM_TAKE(act, m->h, float, (size_t)B * m->cfg.d);
-    FM_TAKE(grad, m->dh, float, (size_t)B * m->cfg.d);
-    fm_stem_layout(m, B, act, grad);
-    fm_moe_layout(m, B, act, grad);
-    fm_head_layout(m, B, act, grad);
+    return m->family->forward(m, b, with_lb, logits, stats);
 }
 
-static void *alloc_zeroed(size_t bytes)
+void fm_model_backward(fm_model_t *m, int levels) { m->family->backward(m, levels); }
+uint64_t fm_model_branch_signature(const fm_model_t *m) { return m->family->signature(m); }
+void fm_model_anchor_specialists(fm_model_t *m, float rate) { m->family->anchor(m, rate); }
+
+float *fm_model_prompt(fm_model_t *m) { return m->family->prompt ? m->family->prompt(m) : NULL; }
+size_t fm_model_prompt_size(const fm_model_t *m) { return m->family->prompt ? m->family->prompt_size(m) : 0; }
+int fm_model_nonlocal_count(const fm_model_t *m) { return m->family->prompt ? m->family->nonlocal_count(m) : 0; }
+
+const float *fm_model_text_features(fm_model_t *m)
 {
-    void *p = NULL;
-    if (posix_memalign(&p, 64, bytes) != 0)
-        return NULL;
-    memset(p, 0, bytes);
-    return p;
+    return m->family->prompt ? m->family->text_features(m) : NULL;
 }
 
-static fm_status ensure_workspace(fm_model_t *m, int B)
+fm_status fm_model_set_nonlocal(fm_model_t *m, const float *prompts, int K)
 {
-    if (B <= m->ws_B)
+    if (m->family->prompt)
+        return m->family->set_nonlocal(m, prompts, K);
+    if (K == 0)
         return FM_OK;
-    fm_layout_t act = {NULL, 0}, grad = {NULL, 0};
-    layout_workspace(m, B, &act, &grad);
-    void *pa = alloc_zeroed(act.off + 64), *pg = alloc_zeroed(grad.off + 64);
-    if (!pa || !pg) {
-        free(pa);
-        free(pg);
-        return FM_ERR_NOMEM;
-    }
-    free(m->act_arena);
-    free(m->grad_arena);
-    m->act_arena = pa;
-    m->grad_arena = pg;
-    m->ws_B = B;
-    act = (fm_layout_t){pa, 0};
-    grad = (fm_layout_t){pg, 0};
-    layout_workspace(m, B, &act, &grad);
-    return FM_OK;
-}
-
-/* ---- forward and backward -------------------------------------------------- */
-
-float fm_model_forward(fm_model_t *m, const float *x, const uint8_t *labels, int B, bool with_lb,
-                       float *logits, fm_batch_stats_t *stats)
-{
-    const fm_model_config_t *c = &m->cfg;
-    if (ensure_workspace(m, B) != FM_OK) {
-        fm_errorf("model: cannot allocate the workspace for batch %d", B);
-        abort();
-    }
-    int C = c->classes;
-    m->B = B;
-    m->x = x;
-    m->labels = labels;
-    m->with_lb = with_lb;
-    fm_stem_forward(m, x, B);
-    double gen_mass = 0.0;
-    float lb = 0.0f;
-    for (int l = 0; l < c->blocks; l++)
-        lb += fm_moe_forward(m, &m->blocks[l], B, &gen_mass);
-    fm_head_forward(m, B);
-    int correct = 0;
-    float ce = fm_cross_entropy(m->head.act.dlogits, &correct, m->head.act.logits, labels, B, C, 1.0f);
-    if (logits)
-        memcpy(logits, m->head.act.logits, sizeof(float) * B * C);
-    if (stats) {
-        stats->loss = ce;
-        stats->lb_loss = lb;
-        stats->correct = correct;
-        stats->generalist_share = c->blocks ? (float)(gen_mass / ((double)B * c->blocks)) : 0.0f;
-    }
-    return ce + (with_lb ? c->lb_weight * lb : 0.0f);
-}
-
-void fm_model_backward(fm_model_t *m, int levels)
-{
-    const fm_model_config_t *c = &m->cfg;
-    int B = m->B;
-    bool lo = levels & FM_LEVEL_LOWER, up = levels & FM_LEVEL_UPPER;
-    bool train_gate = (levels & m->gate_level) != 0;
-    fm_head_backward(m, B, lo, train_gate);
-    for (int l = c->blocks - 1; l >= 0; l--)
-        fm_moe_backward(m, &m->blocks[l], B, lo, up, lo || l > 0);
-    if (lo) {
-        fm_stem_backward(m, B);
-        fm_head_prompt_backward(m);
-    }
-}
-
-uint64_t fm_model_branch_signature(const fm_model_t *m)
-{
-    uint64_t h = 1469598103934665603ull;
-    int B = m->B;
-    for (int l = 0; l < m->cfg.blocks; l++)
-        for (int i = 0; i < B * m->k; i++)
-            h = fm_sig_mix(h, (uint64_t)m->blocks[l].act.topi[i]);
-    return fm_stem_signature(m, h);
+    fm_error_set("model: the %s family has no prompt head for non-local prompts", m->family->name);
+    return FM_ERR_ARG;
 }

@@ -13,15 +13,15 @@
 #include "fedmoe/rng.h"
 #include "model_internal.h"
 
-fm_status fm_head_register(fm_model_t *m)
+fm_status fm_head_register(fm_image_t *m)
 {
-    const fm_model_config_t *c = &m->cfg;
+    const fm_model_config_t *c = &m->base.cfg;
     fm_head_t *hd = &m->head;
     int d = c->d;
     fm_status st;
 #define ADD(view, role, kind, r, cl, name)                                                       \
     do {                                                                                         \
-        if ((st = fm_model_add_param(m, &(view), role, kind, -1, -1, r, cl, name)) != FM_OK)     \
+        if ((st = fm_model_add_param(&m->base, &(view), role, kind, -1, -1, r, cl, name)) != FM_OK)     \
             return st;                                                                           \
     } while (0)
     ADD(hd->lnf_g, FM_ROLE_NORM, FM_KIND_NORM_GAIN, 1, d, "feature.ln.g");
@@ -50,9 +50,9 @@ static void text_layout(const fm_model_config_t *c, fm_text_act_t *a, fm_layout_
     FM_TAKE(L, a->onorm, float, C);
 }
 
-fm_status fm_head_init_encoder(fm_model_t *m, uint64_t seed)
+fm_status fm_head_init_encoder(fm_image_t *m, uint64_t seed)
 {
-    const fm_model_config_t *c = &m->cfg;
+    const fm_model_config_t *c = &m->base.cfg;
     fm_head_t *hd = &m->head;
     int C = c->classes, dp = c->prompt_dim, Ht = c->text_hidden, in = (c->prompt_len + 1) * dp;
     int nl = c->max_nonlocal ? c->max_nonlocal : 1;
@@ -85,7 +85,7 @@ fm_status fm_head_init_encoder(fm_model_t *m, uint64_t seed)
     return FM_OK;
 }
 
-void fm_head_free(fm_model_t *m)
+void fm_head_free(fm_image_t *m)
 {
     fm_head_t *hd = &m->head;
     free(hd->emb);
@@ -99,9 +99,9 @@ void fm_head_free(fm_model_t *m)
     free(hd->enc_block);
 }
 
-void fm_head_layout(fm_model_t *m, int B, fm_layout_t *act, fm_layout_t *grad)
+void fm_head_layout(fm_image_t *m, int B, fm_layout_t *act, fm_layout_t *grad)
 {
-    const fm_model_config_t *c = &m->cfg;
+    const fm_model_config_t *c = &m->base.cfg;
     fm_head_t *hd = &m->head;
     int d = c->d, C = c->classes, J = 1 + c->max_nonlocal, Ht = c->text_hidden;
     int tin = (c->prompt_len + 1) * c->prompt_dim;
@@ -140,9 +140,9 @@ void fm_head_layout(fm_model_t *m, int B, fm_layout_t *act, fm_layout_t *grad)
 /* ---- class-text encoder ---------------------------------------------------- */
 
 /* t (C,d) = normalize(wb GELU(wa [P; e_c] + ba) + bb); the activations go to a. */
-static void text_forward(const fm_model_t *m, const float *P, fm_text_act_t *a, float *t)
+static void text_forward(const fm_image_t *m, const float *P, fm_text_act_t *a, float *t)
 {
-    const fm_model_config_t *c = &m->cfg;
+    const fm_model_config_t *c = &m->base.cfg;
     const fm_head_t *hd = &m->head;
     int C = c->classes, dp = c->prompt_dim, Mdp = c->prompt_len * dp, tin = Mdp + dp, Ht = c->text_hidden;
     for (int cl = 0; cl < C; cl++) {
@@ -164,9 +164,9 @@ static void text_forward(const fm_model_t *m, const float *P, fm_text_act_t *a, 
     }
 }
 
-fm_status fm_model_set_nonlocal(fm_model_t *m, const float *prompts, int K)
+fm_status fm_head_set_nonlocal(fm_image_t *m, const float *prompts, int K)
 {
-    const fm_model_config_t *c = &m->cfg;
+    const fm_model_config_t *c = &m->base.cfg;
     fm_head_t *hd = &m->head;
     if (K < 0 || K > c->max_nonlocal) {
         fm_error_set("model: %d non-local prompts, at most %d", K, c->max_nonlocal);
@@ -182,17 +182,17 @@ fm_status fm_model_set_nonlocal(fm_model_t *m, const float *prompts, int K)
     return FM_OK;
 }
 
-int fm_model_nonlocal_count(const fm_model_t *m) { return m->head.K; }
+int fm_head_nonlocal_count(const fm_image_t *m) { return m->head.K; }
 
-const float *fm_model_text_features(fm_model_t *m)
+const float *fm_head_text_features(fm_image_t *m)
 {
     text_forward(m, m->head.prompt.w, &m->head.enc, m->head.text_out);
     return m->head.text_out;
 }
 
-float *fm_model_prompt(fm_model_t *m) { return m->head.prompt.w; }
+float *fm_head_prompt(fm_image_t *m) { return m->head.prompt.w; }
 
-size_t fm_model_prompt_size(const fm_model_t *m) { return (size_t)m->cfg.prompt_len * m->cfg.prompt_dim; }
+size_t fm_head_prompt_size(const fm_image_t *m) { return (size_t)m->base.cfg.prompt_len * m->base.cfg.prompt_dim; }
 
 /* ---- forward ----------------------------------------------------------------- */
 
@@ -213,9 +213,9 @@ static void rows_normalize(float *y, float *norms, const float *x, int rows, int
 /* Gating attention: fills att, vdot and adds the gated term to logits (B,C).
  * Per head h, with keys and values of (expert j, class c) in row j*C + c:
  * att_h (B, J*C) = softmax_j(scale * q_h kp_h^T), vdot_h (B, J*C) = gq_h vp_h^T. */
-static void gating_forward(fm_model_t *m, int B)
+static void gating_forward(fm_image_t *m, int B)
 {
-    const fm_model_config_t *c = &m->cfg;
+    const fm_model_config_t *c = &m->base.cfg;
     fm_head_t *hd = &m->head;
     int d = c->d, C = c->classes, H = c->heads, dh = m->hd, J = 1 + hd->act.K, JC = J * C;
     fm_linear_forward(hd->act.q, hd->act.f, hd->wq.w, hd->bq.w, B, d, d);
@@ -252,9 +252,9 @@ static void gating_forward(fm_model_t *m, int B)
     }
 }
 
-void fm_head_forward(fm_model_t *m, int B)
+void fm_head_forward(fm_image_t *m, int B)
 {
-    const fm_model_config_t *c = &m->cfg;
+    const fm_model_config_t *c = &m->base.cfg;
     fm_head_t *hd = &m->head;
     int d = c->d, C = c->classes;
     hd->act.K = hd->K;
@@ -277,9 +277,9 @@ void fm_head_forward(fm_model_t *m, int B)
 /* ---- backward ---------------------------------------------------------------- */
 
 /* Through the softmax over experts, per (head, input, class): fills datt and dvdot. */
-static void gating_softmax_backward(fm_model_t *m, int B)
+static void gating_softmax_backward(fm_image_t *m, int B)
 {
-    const fm_model_config_t *c = &m->cfg;
+    const fm_model_config_t *c = &m->base.cfg;
     fm_head_t *hd = &m->head;
     int C = c->classes, H = c->heads, J = 1 + hd->act.K, JC = J * C;
     float att[65], da[65], ds[65];
@@ -301,9 +301,9 @@ static void gating_softmax_backward(fm_model_t *m, int B)
         }
 }
 
-static void gating_backward(fm_model_t *m, int B, bool train_gate, bool need_dtl)
+static void gating_backward(fm_image_t *m, int B, bool train_gate, bool need_dtl)
 {
-    const fm_model_config_t *c = &m->cfg;
+    const fm_model_config_t *c = &m->base.cfg;
     fm_head_t *hd = &m->head;
     int d = c->d, C = c->classes, H = c->heads, dh = m->hd, J = 1 + hd->act.K, JC = J * C;
     gating_softmax_backward(m, B);
@@ -364,9 +364,9 @@ static void normalize_backward(float *dx, const float *dy, const float *y, const
     }
 }
 
-void fm_head_backward(fm_model_t *m, int B, bool lo, bool train_gate)
+void fm_head_backward(fm_image_t *m, int B, bool lo, bool train_gate)
 {
-    const fm_model_config_t *c = &m->cfg;
+    const fm_model_config_t *c = &m->base.cfg;
     fm_head_t *hd = &m->head;
     int d = c->d, C = c->classes;
     /* the local cosine term: logits += w1 * nf tl^T */
@@ -385,9 +385,9 @@ void fm_head_backward(fm_model_t *m, int B, bool lo, bool train_gate)
                           hd->act.rstdf, hd->lnf_g.w, B, d);
 }
 
-void fm_head_prompt_backward(fm_model_t *m)
+void fm_head_prompt_backward(fm_image_t *m)
 {
-    const fm_model_config_t *c = &m->cfg;
+    const fm_model_config_t *c = &m->base.cfg;
     fm_head_t *hd = &m->head;
     int C = c->classes, d = c->d, Ht = c->text_hidden, Mdp = c->prompt_len * c->prompt_dim;
     int tin = Mdp + c->prompt_dim;

@@ -24,6 +24,7 @@
 
 #include "fedmoe/model.h"
 #include "fedmoe/params.h"
+#include "model_family.h"
 
 #define CNN_K 5    /* convolution kernel size */
 #define CNN_C1 32  /* channels of the first convolution */
@@ -133,11 +134,11 @@ typedef struct {
     } grad;
 } fm_head_t;
 
-struct fm_model {
-    fm_model_config_t cfg;
+/* The image classifier (family "image"): the base every family starts with
+ * (model_family.h), then its components. */
+typedef struct fm_image {
+    fm_model_t base;              /* family, cfg, ps, gate_level */
     int E, k, hd;                 /* experts per block, kept per input, head width */
-    fm_params_t ps;
-    fm_level gate_level;
     fm_stem_t stem;
     fm_block_t *blocks;
     fm_head_t head;
@@ -146,19 +147,18 @@ struct fm_model {
     void *act_arena, *grad_arena;
     /* the last forward */
     int B;
-    const float *x;
-    const uint8_t *labels;
+    const float *x;               /* the batch's inputs (B, in_dim): the data's rows or xbuf */
+    const uint8_t *labels;        /* its labels: the data's or ybuf */
+    float *xbuf;                  /* act: gathered inputs when the batch is not contiguous */
+    uint8_t *ybuf;                /* act: gathered labels */
     bool with_lb;
     float *h;                     /* act: residual stream (B,d) */
     float *dh;                    /* grad: its gradient (B,d) */
     fm_moe_grad_t moe_grad;
-};
+} fm_image_t;
 
-/* Registers a parameter; its group, level and weight decay follow from role and
- * kind. The name is printf-formatted. */
-fm_status fm_model_add_param(fm_model_t *m, fm_view_t *view, fm_role role, fm_param_kind kind, int block,
-                             int unit, int rows, int cols, const char *fmt, ...)
-    __attribute__((format(printf, 9, 10)));
+/* The image family's operations (model_image.c). */
+extern const fm_model_family_t fm_family_image;
 
 /* One step of the branch-signature hash (fm_model_branch_signature). */
 static inline uint64_t fm_sig_mix(uint64_t h, uint64_t v)
@@ -168,35 +168,43 @@ static inline uint64_t fm_sig_mix(uint64_t h, uint64_t v)
 }
 
 /* stem (model_stem.c) */
-void fm_stem_geometry(fm_model_t *m);
-fm_status fm_stem_register(fm_model_t *m);
-void fm_stem_layout(fm_model_t *m, int B, fm_layout_t *act, fm_layout_t *grad);
+void fm_stem_geometry(fm_image_t *m);
+fm_status fm_stem_register(fm_image_t *m);
+void fm_stem_layout(fm_image_t *m, int B, fm_layout_t *act, fm_layout_t *grad);
 /* m->h (B,d) = stem(x) */
-void fm_stem_forward(fm_model_t *m, const float *x, int B);
+void fm_stem_forward(fm_image_t *m, const float *x, int B);
 /* From m->dh into the stem's gradients. */
-void fm_stem_backward(fm_model_t *m, int B);
-uint64_t fm_stem_signature(const fm_model_t *m, uint64_t h);
+void fm_stem_backward(fm_image_t *m, int B);
+uint64_t fm_stem_signature(const fm_image_t *m, uint64_t h);
 
 /* MoE blocks (model_moe.c) */
-fm_status fm_moe_register(fm_model_t *m, int l);
-void fm_moe_layout(fm_model_t *m, int B, fm_layout_t *act, fm_layout_t *grad);
+fm_status fm_moe_register(fm_image_t *m, int l);
+void fm_moe_layout(fm_image_t *m, int B, fm_layout_t *act, fm_layout_t *grad);
+/* fm_model_anchor_specialists for the image family. */
+void fm_moe_anchor(fm_image_t *m, float rate);
 /* One block in place on m->h; returns its load-balancing term and adds the
  * routing weight on generalists to *gen_mass. */
-float fm_moe_forward(fm_model_t *m, fm_block_t *bl, int B, double *gen_mass);
+float fm_moe_forward(fm_image_t *m, fm_block_t *bl, int B, double *gen_mass);
 /* m->dh holds dL/dh_out and becomes dL/dh_in (when need_dx). */
-void fm_moe_backward(fm_model_t *m, fm_block_t *bl, int B, bool lo, bool up, bool need_dx);
+void fm_moe_backward(fm_image_t *m, fm_block_t *bl, int B, bool lo, bool up, bool need_dx);
 
 /* prompt head (model_head.c) */
-fm_status fm_head_register(fm_model_t *m);
-fm_status fm_head_init_encoder(fm_model_t *m, uint64_t seed);
-void fm_head_free(fm_model_t *m);
-void fm_head_layout(fm_model_t *m, int B, fm_layout_t *act, fm_layout_t *grad);
+fm_status fm_head_register(fm_image_t *m);
+fm_status fm_head_init_encoder(fm_image_t *m, uint64_t seed);
+void fm_head_free(fm_image_t *m);
+void fm_head_layout(fm_image_t *m, int B, fm_layout_t *act, fm_layout_t *grad);
 /* From m->h to head.act.logits (B,C). */
-void fm_head_forward(fm_model_t *m, int B);
+void fm_head_forward(fm_image_t *m, int B);
 /* From head.act.dlogits to m->dh (overwritten); gradients of the feature
  * LayerNorm with lo, of the gating with train_gate. */
-void fm_head_backward(fm_model_t *m, int B, bool lo, bool train_gate);
+void fm_head_backward(fm_image_t *m, int B, bool lo, bool train_gate);
 /* The local prompt's gradient, from head.grad.dtl (after fm_head_backward with lo). */
-void fm_head_prompt_backward(fm_model_t *m);
+void fm_head_prompt_backward(fm_image_t *m);
+/* The prompt-head operations of model.h (fm_model_prompt, ...), for the image family. */
+fm_status fm_head_set_nonlocal(fm_image_t *m, const float *prompts, int K);
+int fm_head_nonlocal_count(const fm_image_t *m);
+const float *fm_head_text_features(fm_image_t *m);
+float *fm_head_prompt(fm_image_t *m);
+size_t fm_head_prompt_size(const fm_image_t *m);
 
 #endif

@@ -8,15 +8,15 @@
 #include "fedmoe/kernels.h"
 #include "model_internal.h"
 
-fm_status fm_moe_register(fm_model_t *m, int l)
+fm_status fm_moe_register(fm_image_t *m, int l)
 {
-    const fm_model_config_t *c = &m->cfg;
+    const fm_model_config_t *c = &m->base.cfg;
     fm_block_t *bl = &m->blocks[l];
     int d = c->d, H = c->ffn_hidden;
     fm_status st;
 #define ADD(view, role, kind, unit, r, cl, ...)                                                \
     do {                                                                                       \
-        if ((st = fm_model_add_param(m, &(view), role, kind, l, unit, r, cl, __VA_ARGS__)) != FM_OK) \
+        if ((st = fm_model_add_param(&m->base, &(view), role, kind, l, unit, r, cl, __VA_ARGS__)) != FM_OK) \
             return st;                                                                         \
     } while (0)
     ADD(bl->ln_g, FM_ROLE_NORM, FM_KIND_NORM_GAIN, -1, 1, d, "block%d.ln.g", l);
@@ -34,9 +34,9 @@ fm_status fm_moe_register(fm_model_t *m, int l)
     return FM_OK;
 }
 
-void fm_moe_layout(fm_model_t *m, int B, fm_layout_t *act, fm_layout_t *grad)
+void fm_moe_layout(fm_image_t *m, int B, fm_layout_t *act, fm_layout_t *grad)
 {
-    const fm_model_config_t *c = &m->cfg;
+    const fm_model_config_t *c = &m->base.cfg;
     int d = c->d, E = m->E, Hf = c->ffn_hidden;
     size_t Bk = (size_t)B * m->k;
     for (int l = 0; l < c->blocks; l++) {
@@ -68,9 +68,9 @@ void fm_moe_layout(fm_model_t *m, int B, fm_layout_t *act, fm_layout_t *grad)
 
 /* The routing target q_e of the load-balancing term: generalist_importance split
  * evenly over the generalists, the rest over the specialists. */
-static float lb_target(const fm_model_t *m, int e)
+static float lb_target(const fm_image_t *m, int e)
 {
-    const fm_model_config_t *c = &m->cfg;
+    const fm_model_config_t *c = &m->base.cfg;
     if (c->specialists == 0)
         return 1.0f / (float)c->generalists;
     if (c->generalists == 0)
@@ -80,9 +80,9 @@ static float lb_target(const fm_model_t *m, int e)
 }
 
 /* Router: softmax, top-k and the kept weights per input; counts[e] dispatches. */
-static void route(fm_model_t *m, fm_block_t *bl, int B, int *counts, double *gen_mass)
+static void route(fm_image_t *m, fm_block_t *bl, int B, int *counts, double *gen_mass)
 {
-    const fm_model_config_t *c = &m->cfg;
+    const fm_model_config_t *c = &m->base.cfg;
     int E = m->E, k = m->k;
     for (int b = 0; b < B; b++) {
         const float *r = bl->act.rlog + (size_t)b * E;
@@ -101,9 +101,9 @@ static void route(fm_model_t *m, fm_block_t *bl, int B, int *counts, double *gen
     }
 }
 
-float fm_moe_forward(fm_model_t *m, fm_block_t *bl, int B, double *gen_mass)
+float fm_moe_forward(fm_image_t *m, fm_block_t *bl, int B, double *gen_mass)
 {
-    const fm_model_config_t *c = &m->cfg;
+    const fm_model_config_t *c = &m->base.cfg;
     int d = c->d, E = m->E, k = m->k, Hf = c->ffn_hidden;
     fm_layernorm_forward(bl->act.u, bl->act.xhat, bl->act.rstd, m->h, bl->ln_g.w, bl->ln_b.w, B, d);
     fm_linear_forward(bl->act.rlog, bl->act.u, bl->router.w, NULL, B, d, E);
@@ -153,9 +153,9 @@ float fm_moe_forward(fm_model_t *m, fm_block_t *bl, int B, double *gen_mass)
 
 /* Experts: from m->dh to du (B,d) through every kept expert, and dw (B,k), the
  * gradient of each kept weight. */
-static void experts_backward(fm_model_t *m, fm_block_t *bl, int B, bool lo)
+static void experts_backward(fm_image_t *m, fm_block_t *bl, int B, bool lo)
 {
-    const fm_model_config_t *c = &m->cfg;
+    const fm_model_config_t *c = &m->base.cfg;
     fm_moe_grad_t *g = &m->moe_grad;
     int d = c->d, E = m->E, k = m->k, Hf = c->ffn_hidden;
     memset(g->du, 0, sizeof(float) * B * d);
@@ -191,9 +191,9 @@ static void experts_backward(fm_model_t *m, fm_block_t *bl, int B, bool lo)
     }
 }
 
-void fm_moe_backward(fm_model_t *m, fm_block_t *bl, int B, bool lo, bool up, bool need_dx)
+void fm_moe_backward(fm_image_t *m, fm_block_t *bl, int B, bool lo, bool up, bool need_dx)
 {
-    const fm_model_config_t *c = &m->cfg;
+    const fm_model_config_t *c = &m->base.cfg;
     fm_moe_grad_t *gr = &m->moe_grad;
     int d = c->d, E = m->E, k = m->k;
     experts_backward(m, bl, B, lo);
@@ -228,9 +228,9 @@ static fm_view_t *expert_tensor(fm_expert_t *ex, int t)
     return t == 0 ? &ex->w1 : t == 1 ? &ex->b1 : t == 2 ? &ex->w2 : &ex->b2;
 }
 
-void fm_model_anchor_specialists(fm_model_t *m, float rate)
+void fm_moe_anchor(fm_image_t *m, float rate)
 {
-    const fm_model_config_t *c = &m->cfg;
+    const fm_model_config_t *c = &m->base.cfg;
     int G = c->generalists;
     if (rate == 0.0f || G < 1)
         return;

@@ -6,9 +6,9 @@
 #include "fedmoe/kernels.h"
 #include "model_internal.h"
 
-void fm_stem_geometry(fm_model_t *m)
+void fm_stem_geometry(fm_image_t *m)
 {
-    const fm_model_config_t *c = &m->cfg;
+    const fm_model_config_t *c = &m->base.cfg;
     fm_stem_t *s = &m->stem;
     if (c->stem != FM_STEM_CNN)
         return;
@@ -23,14 +23,14 @@ void fm_stem_geometry(fm_model_t *m)
     s->flat = s->p2h * s->p2w * CNN_C2;
 }
 
-fm_status fm_stem_register(fm_model_t *m)
+fm_status fm_stem_register(fm_image_t *m)
 {
-    const fm_model_config_t *c = &m->cfg;
+    const fm_model_config_t *c = &m->base.cfg;
     fm_stem_t *s = &m->stem;
     fm_status st;
 #define ADD(view, kind, r, cl, name)                                                              \
     do {                                                                                          \
-        if ((st = fm_model_add_param(m, &(view), FM_ROLE_STEM, kind, -1, -1, r, cl, name)) != FM_OK) \
+        if ((st = fm_model_add_param(&m->base, &(view), FM_ROLE_STEM, kind, -1, -1, r, cl, name)) != FM_OK) \
             return st;                                                                            \
     } while (0)
     if (c->stem == FM_STEM_MLP) {
@@ -48,9 +48,9 @@ fm_status fm_stem_register(fm_model_t *m)
     return FM_OK;
 }
 
-void fm_stem_layout(fm_model_t *m, int B, fm_layout_t *act, fm_layout_t *grad)
+void fm_stem_layout(fm_image_t *m, int B, fm_layout_t *act, fm_layout_t *grad)
 {
-    const fm_model_config_t *c = &m->cfg;
+    const fm_model_config_t *c = &m->base.cfg;
     fm_stem_t *s = &m->stem;
     FM_TAKE(act, s->act.z0, float, (size_t)B * c->d);
     FM_TAKE(grad, s->grad.dz0, float, (size_t)B * c->d);
@@ -76,9 +76,9 @@ void fm_stem_layout(fm_model_t *m, int B, fm_layout_t *act, fm_layout_t *grad)
 }
 
 /* cnn: x (B, img_h*img_w) -> act.z0 (B,d) */
-static void cnn_forward(fm_model_t *m, const float *x, int B)
+static void cnn_forward(fm_image_t *m, const float *x, int B)
 {
-    const fm_model_config_t *c = &m->cfg;
+    const fm_model_config_t *c = &m->base.cfg;
     fm_stem_t *s = &m->stem;
     size_t s1 = (size_t)s->c1h * s->c1w, sp1 = (size_t)s->p1h * s->p1w;
     size_t s2 = (size_t)s->c2h * s->c2w;
@@ -101,9 +101,9 @@ static void cnn_forward(fm_model_t *m, const float *x, int B)
     fm_linear_forward(s->act.z0, s->act.pp2, s->fc_w.w, s->fc_b.w, B, s->flat, c->d);
 }
 
-void fm_stem_forward(fm_model_t *m, const float *x, int B)
+void fm_stem_forward(fm_image_t *m, const float *x, int B)
 {
-    const fm_model_config_t *c = &m->cfg;
+    const fm_model_config_t *c = &m->base.cfg;
     fm_stem_t *s = &m->stem;
     if (c->stem == FM_STEM_MLP)
         fm_linear_forward(s->act.z0, x, s->mlp_w.w, s->mlp_b.w, B, c->in_dim, c->d);
@@ -113,9 +113,9 @@ void fm_stem_forward(fm_model_t *m, const float *x, int B)
 }
 
 /* cnn: grad.dz0 (B,d) -> the convolutions' and fc's gradients */
-static void cnn_backward(fm_model_t *m, int B)
+static void cnn_backward(fm_image_t *m, int B)
 {
-    const fm_model_config_t *c = &m->cfg;
+    const fm_model_config_t *c = &m->base.cfg;
     fm_stem_t *s = &m->stem;
     size_t s1 = (size_t)s->c1h * s->c1w, sp1 = (size_t)s->p1h * s->p1w, s2 = (size_t)s->c2h * s->c2w;
     int kk1 = CNN_K * CNN_K, kk2 = CNN_K * CNN_K * CNN_C1;
@@ -141,9 +141,9 @@ static void cnn_backward(fm_model_t *m, int B)
                        CNN_C1, false);
 }
 
-void fm_stem_backward(fm_model_t *m, int B)
+void fm_stem_backward(fm_image_t *m, int B)
 {
-    const fm_model_config_t *c = &m->cfg;
+    const fm_model_config_t *c = &m->base.cfg;
     fm_stem_t *s = &m->stem;
     fm_gelu_backward(s->grad.dz0, m->dh, s->act.z0, (size_t)B * c->d);
     if (c->stem == FM_STEM_MLP)
@@ -152,10 +152,10 @@ void fm_stem_backward(fm_model_t *m, int B)
         cnn_backward(m, B);
 }
 
-uint64_t fm_stem_signature(const fm_model_t *m, uint64_t h)
+uint64_t fm_stem_signature(const fm_image_t *m, uint64_t h)
 {
     const fm_stem_t *s = &m->stem;
-    if (m->cfg.stem != FM_STEM_CNN)
+    if (m->base.cfg.stem != FM_STEM_CNN)
         return h;
     int B = m->B;
     size_t n1 = (size_t)B * s->p1h * s->p1w * CNN_C1, n2 = (size_t)B * s->flat;

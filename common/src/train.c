@@ -20,9 +20,7 @@ struct fm_trainer {
     bool (*progress)(void *user);
     void *progress_user;
     int progress_every;
-    float *x;          /* (batch, dim) */
-    uint8_t *y;
-    int dim;
+    uint32_t *vidx;    /* the current validation batch's indices (batch) */
     uint32_t *order;   /* shuffled train indices */
     size_t order_cap;
     uint32_t *vorder;  /* shuffled validation indices, consumed cyclically */
@@ -54,11 +52,9 @@ fm_status fm_trainer_new(fm_trainer_t **out, fm_model_t *m, const fm_train_confi
     t->m = m;
     t->cfg = *cfg;
     t->lr_scale = 1.0f;
-    t->dim = fm_model_config(m)->in_dim;
     fm_rng_init(&t->rng, seed, stream);
-    t->x = malloc(sizeof(float) * cfg->batch * t->dim);
-    t->y = malloc(cfg->batch);
-    if (!t->x || !t->y) {
+    t->vidx = malloc(sizeof(uint32_t) * cfg->batch);
+    if (!t->vidx) {
         fm_trainer_destroy(&t);
         return FM_ERR_NOMEM;
     }
@@ -71,8 +67,7 @@ void fm_trainer_destroy(fm_trainer_t **tp)
     if (!tp || !*tp)
         return;
     fm_trainer_t *t = *tp;
-    free(t->x);
-    free(t->y);
+    free(t->vidx);
     free(t->order);
     free(t->vorder);
     free(t);
@@ -125,13 +120,13 @@ static void adamw_level(fm_trainer_t *t, fm_level level)
         fm_model_anchor_specialists(t->m, fminf(1.0f, c->lr * t->cfg.anchor));
 }
 
-float fm_trainer_step(fm_trainer_t *t, fm_level level, const float *x, const uint8_t *y, int B)
+float fm_trainer_step(fm_trainer_t *t, fm_level level, const fm_batch_t *b)
 {
     fm_params_t *ps = fm_model_params(t->m);
     fm_params_zero_grad(ps);
     bool with_lb = level == FM_LEVEL_LOWER || t->cfg.lb_in_upper;
     fm_batch_stats_t st;
-    fm_model_forward(t->m, x, y, B, with_lb, NULL, &st);
+    fm_model_forward(t->m, b, with_lb, NULL, &st);
     fm_model_backward(t->m, level);
     adamw_level(t, level);
     return st.loss;
@@ -150,29 +145,27 @@ static int ensure_u32(uint32_t **buf, size_t *cap, size_t n)
 }
 
 /* The next validation batch, reshuffling at the end of each pass. */
-static int next_val_batch(fm_trainer_t *t, const fm_dataset_t *val)
+static fm_batch_t next_val_batch(fm_trainer_t *t, const fm_dataset_t *val)
 {
     int B = t->cfg.batch;
     if ((size_t)B > val->n)
         B = (int)val->n;
-    uint32_t idx[B];
     for (int i = 0; i < B; i++) {
         if (t->vpos == t->vn) {
             fm_rng_shuffle(&t->rng, t->vorder, t->vn);
             t->vpos = 0;
         }
-        idx[i] = t->vorder[t->vpos++];
+        t->vidx[i] = t->vorder[t->vpos++];
     }
-    fm_dataset_gather(val, idx, B, t->x, t->y);
-    return B;
+    return (fm_batch_t){.ds = val, .idx = t->vidx, .n = B};
 }
 
 /* n upper-level steps on the next validation batches; losses summed into *sum. */
 static void upper_steps(fm_trainer_t *t, const fm_dataset_t *val, long n, double *sum, long *count)
 {
     for (long s = 0; s < n; s++) {
-        int vb = next_val_batch(t, val);
-        *sum += fm_trainer_step(t, FM_LEVEL_UPPER, t->x, t->y, vb);
+        fm_batch_t vb = next_val_batch(t, val);
+        *sum += fm_trainer_step(t, FM_LEVEL_UPPER, &vb);
         (*count)++;
     }
 }
@@ -181,10 +174,11 @@ fm_status fm_trainer_run(fm_trainer_t *t, const fm_dataset_t *train, const fm_da
                          fm_train_stats_t *out)
 {
     memset(out, 0, sizeof *out);
-    if (train->dim != t->dim || (val && val->n && val->dim != t->dim)) {
-        fm_error_set("train: data has %d features, the model expects %d", train->dim, t->dim);
-        return FM_ERR_ARG;
-    }
+    fm_status st = fm_model_accepts(t->m, train, "train");
+    if (st == FM_OK && val && val->n)
+        st = fm_model_accepts(t->m, val, "train (validation)");
+    if (st != FM_OK)
+        return st;
     if (train->n == 0) {
         fm_error_set("train: no training examples");
         return FM_ERR_ARG;
@@ -209,8 +203,8 @@ fm_status fm_trainer_run(fm_trainer_t *t, const fm_dataset_t *train, const fm_da
         fm_rng_shuffle(&t->rng, t->order, train->n);
         for (size_t pos = 0; pos < train->n; pos += (size_t)t->cfg.batch) {
             int B = (int)(train->n - pos < (size_t)t->cfg.batch ? train->n - pos : (size_t)t->cfg.batch);
-            fm_dataset_gather(train, t->order + pos, B, t->x, t->y);
-            lsum += fm_trainer_step(t, FM_LEVEL_LOWER, t->x, t->y, B);
+            fm_batch_t b = {.ds = train, .idx = t->order + pos, .n = B};
+            lsum += fm_trainer_step(t, FM_LEVEL_LOWER, &b);
             lcount++;
             out->samples += B;
             if (t->progress && lcount % t->progress_every == 0 && !t->progress(t->progress_user)) {
@@ -241,18 +235,18 @@ fm_status fm_evaluate(fm_model_t *m, const fm_dataset_t *ds, fm_eval_t *out)
     memset(out, 0, sizeof *out);
     if (ds->n == 0)
         return FM_OK;
-    if (ds->dim != fm_model_config(m)->in_dim) {
-        fm_error_set("evaluate: data has %d features, the model expects %d", ds->dim, fm_model_config(m)->in_dim);
-        return FM_ERR_ARG;
-    }
+    fm_status st = fm_model_accepts(m, ds, "evaluate");
+    if (st != FM_OK)
+        return st;
     double loss = 0.0, share = 0.0;
     for (size_t pos = 0; pos < ds->n; pos += EVAL_BATCH) {
         int B = (int)(ds->n - pos < EVAL_BATCH ? ds->n - pos : EVAL_BATCH);
-        fm_batch_stats_t st;
-        fm_model_forward(m, ds->x + pos * ds->dim, ds->y + pos, B, false, NULL, &st);
-        loss += (double)st.loss * B;
-        share += (double)st.generalist_share * B;
-        out->correct += (size_t)st.correct;
+        fm_batch_stats_t bs;
+        fm_batch_t b = {.ds = ds, .first = pos, .n = B};
+        fm_model_forward(m, &b, false, NULL, &bs);
+        loss += (double)bs.loss * B;
+        share += (double)bs.generalist_share * B;
+        out->correct += (size_t)bs.correct;
     }
     out->n = ds->n;
     out->loss = loss / ds->n;

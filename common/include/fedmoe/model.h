@@ -9,7 +9,12 @@
  *
  * Forward and backward are written by hand. Parameters live in an fm_params_t
  * (groups shared / local / prompt). The frozen encoder and non-local prompts are
- * generated from the run seed / set by the caller and are not parameters. */
+ * generated from the run seed / set by the caller and are not parameters.
+ *
+ * This is the image family. The functions below are the model-family interface:
+ * they dispatch on fm_model_config_t.family (common/src/model_family.h says what a
+ * family provides), so a second family plugs in without its callers (trainer,
+ * client session, coordinator) knowing which one runs. */
 #ifndef FEDMOE_MODEL_H
 #define FEDMOE_MODEL_H
 
@@ -17,12 +22,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fedmoe/dataset.h"
 #include "fedmoe/params.h"
 #include "fedmoe/status.h"
 
 typedef enum { FM_STEM_MLP = 0, FM_STEM_CNN = 1 } fm_stem_kind;
 
+/* Model families: which network the configuration describes. Each family
+ * implements the operations below (common/src/model_family.h); callers use these
+ * functions and never ask which family runs. */
+typedef enum { FM_FAMILY_IMAGE = 0 } fm_model_family_kind;
+
 typedef struct {
+    fm_model_family_kind family; /* image (the only family so far) */
     int in_dim;            /* input features (784); for cnn, img_h * img_w */
     int img_h, img_w;      /* image size for the cnn stem (28 x 28, one channel) */
     int classes;           /* 10 */
@@ -76,11 +88,14 @@ const fm_model_config_t *fm_model_config(const fm_model_t *m);
  * Each parameter carries its role and kind (params.h); select by those, not by name. */
 fm_params_t *fm_model_params(fm_model_t *m);
 /* The local prompt P_L, fm_model_prompt_size floats (prompt_len x prompt_dim, row
- * major) inside the prompt group; owned by the model, never NULL, valid while it
- * lives. Writing it sets the prompt. */
+ * major) inside the prompt group; owned by the model, valid while it lives.
+ * Writing it sets the prompt. NULL when the family has no prompt head. */
 float *fm_model_prompt(fm_model_t *m);
-/* Floats in the local prompt: prompt_len * prompt_dim. */
+/* Floats in the local prompt: prompt_len * prompt_dim; 0 without a prompt head. */
 size_t fm_model_prompt_size(const fm_model_t *m);
+/* FM_OK when ds has the shape this model reads (features, classes); otherwise
+ * FM_ERR_ARG with a reason beginning with who (fm_error_last). */
+fm_status fm_model_accepts(const fm_model_t *m, const fm_dataset_t *ds, const char *who);
 /* Experts per block for this client: G + S. */
 int fm_model_experts(const fm_model_t *m);
 /* Pulls every specialist expert toward the mean of its block's generalists:
@@ -92,7 +107,8 @@ void fm_model_anchor_specialists(fm_model_t *m, float rate);
  * (copied; the caller keeps its buffer); K = 0 clears them. Their class text
  * features are computed here once, in storage of their own: calling this between
  * a forward and its backward does not change that backward, which uses the
- * prompts of its forward. FM_ERR_ARG when K is not in 0..max_nonlocal. */
+ * prompts of its forward. FM_ERR_ARG when K is not in 0..max_nonlocal, or K > 0
+ * and the family has no prompt head. */
 fm_status fm_model_set_nonlocal(fm_model_t *m, const float *prompts, int K);
 /* K as last set by fm_model_set_nonlocal (0 at first). */
 int fm_model_nonlocal_count(const fm_model_t *m);
@@ -104,12 +120,20 @@ typedef struct {
     float generalist_share; /* mean routing weight on generalists over blocks and inputs */
 } fm_batch_stats_t;
 
-/* Forward pass on a batch x (B, in_dim) with labels (B). Keeps what backward needs;
- * x and labels must stay valid until fm_model_backward. Returns the objective:
- * cross-entropy, plus lb_weight * load-balancing term when with_lb. logits (B,
- * classes) may be NULL. */
-float fm_model_forward(fm_model_t *m, const float *x, const uint8_t *labels, int B, bool with_lb,
-                       float *logits, fm_batch_stats_t *stats);
+/* A batch: examples idx[0..n) of ds, or, with idx NULL, examples first..first+n
+ * (read in place). The batch does not own ds or idx. */
+typedef struct {
+    const fm_dataset_t *ds;
+    const uint32_t *idx;
+    size_t first;
+    int n;
+} fm_batch_t;
+
+/* Forward pass on batch b (1 <= b->n; ds accepted by fm_model_accepts). Keeps
+ * what backward needs; b->ds must stay valid and unchanged until
+ * fm_model_backward. Returns the objective: cross-entropy, plus lb_weight *
+ * load-balancing term when with_lb. logits (n, classes) may be NULL. */
+float fm_model_forward(fm_model_t *m, const fm_batch_t *b, bool with_lb, float *logits, fm_batch_stats_t *stats);
 /* Backward of the last forward: accumulates into the gradients of the parameters
  * whose level is in `levels` (FM_LEVEL_LOWER | FM_LEVEL_UPPER), skipping work that
  * only other levels need. */
@@ -122,7 +146,7 @@ uint64_t fm_model_branch_signature(const fm_model_t *m);
 /* Computes the class text features of the local prompt as it is now: (classes,
  * d), unit rows. The buffer is the model's, overwritten by the next call and
  * valid while the model lives; computing it leaves the last forward's
- * activations alone. */
+ * activations alone. NULL when the family has no prompt head. */
 const float *fm_model_text_features(fm_model_t *m);
 
 #endif

@@ -49,9 +49,9 @@ typedef struct {
 /* Trains `epochs` passes over train, alternating with val. */
 fm_status fm_trainer_run(fm_trainer_t *t, const fm_dataset_t *train, const fm_dataset_t *val, int epochs,
                          fm_train_stats_t *out);
-/* One step of one level on the given batch (exposed for tests and benchmarks).
- * Returns the batch's objective. */
-float fm_trainer_step(fm_trainer_t *t, fm_level level, const float *x, const uint8_t *y, int B);
+/* One step of one level on batch b (exposed for tests and benchmarks).
+ * Returns the batch's cross-entropy. */
+float fm_trainer_step(fm_trainer_t *t, fm_level level, const fm_batch_t *b);
 /* Multiplies both levels' learning rates by scale from now on (schedules). */
 void fm_trainer_set_lr_scale(fm_trainer_t *t, float scale);
 /* Cosine decay from 1 at step 1 toward min_scale at step total + 1:

@@ -1,0 +1,266 @@
+/* model_image.c - the image family (model_family.h): its configuration checks,
+ * create/destroy, the batch workspace (two arenas: activations and gradient
+ * scratch), and the forward/backward passes as a list of component calls. The
+ * components: model_stem.c, model_moe.c, model_head.c; their shared layout:
+ * model_internal.h. */
+#include "fedmoe/model.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fedmoe/kernels.h"
+#include "fedmoe/log.h"
+#include "fedmoe/rng.h"
+#include "model_internal.h"
+
+/* ---- construction ---------------------------------------------------------- */
+
+/* Stem, blocks, head: this order is the layout of every group (and so of what
+ * clients send and store); it must not change. */
+static fm_status register_params(fm_image_t *m)
+{
+    fm_status st = fm_stem_register(m);
+    for (int l = 0; l < m->base.cfg.blocks && st == FM_OK; l++)
+        st = fm_moe_register(m, l);
+    return st == FM_OK ? fm_head_register(m) : st;
+}
+
+static void image_destroy(fm_model_t *mm)
+{
+    fm_image_t *m = (fm_image_t *)mm;
+    if (m->blocks)
+        for (int l = 0; l < m->base.cfg.blocks; l++)
+            free(m->blocks[l].experts);
+    free(m->blocks);
+    fm_params_free(&m->base.ps);
+    fm_head_free(m);
+    free(m->act_arena);
+    free(m->grad_arena);
+    free(m);
+}
+
+static fm_status image_create(fm_model_t **out, const fm_model_config_t *cfg, uint64_t seed, uint64_t local_stream)
+{
+    fm_image_t *m = calloc(1, sizeof *m);
+    if (!m) {
+        fm_error_set("model: out of memory");
+        return FM_ERR_NOMEM;
+    }
+    fm_status st = FM_ERR_NOMEM;
+    m->base.family = &fm_family_image;
+    m->base.cfg = *cfg;
+    m->base.experts = m->E = cfg->generalists + cfg->specialists;
+    m->k = cfg->top_k < m->E ? cfg->top_k : m->E;
+    m->hd = cfg->d / cfg->heads;
+    m->base.gate_level = cfg->gating_on_validation ? FM_LEVEL_UPPER : FM_LEVEL_LOWER;
+    fm_stem_geometry(m);
+    m->blocks = calloc(cfg->blocks ? cfg->blocks : 1, sizeof(fm_block_t));
+    if (!m->blocks)
+        goto fail;
+    for (int l = 0; l < cfg->blocks; l++)
+        if (!(m->blocks[l].experts = calloc(m->E, sizeof(fm_expert_t))))
+            goto fail;
+    if ((st = register_params(m)) != FM_OK || (st = fm_params_alloc(&m->base.ps)) != FM_OK)
+        goto fail;
+    fm_model_init_params(&m->base, seed, local_stream);
+    if ((st = fm_head_init_encoder(m, seed)) != FM_OK)
+        goto fail;
+    *out = &m->base;
+    return FM_OK;
+fail:
+    if (st == FM_ERR_NOMEM)
+        fm_error_set("model: out of memory");
+    image_destroy(&m->base);
+    return st;
+}
+
+/* ---- workspace ------------------------------------------------------------- */
+
+void *fm_layout_take(fm_layout_t *L, size_t bytes)
+{
+    L->off = (L->off + 63) & ~(size_t)63;
+    void *p = L->base ? L->base + L->off : NULL;
+    L->off += bytes;
+    return p;
+}
+
+/* Lays out every batch buffer in the two arenas (act, grad); with NULL bases it
+ * only measures. */
+static void layout_workspace(fm_image_t *m, int B, fm_layout_t *act, fm_layout_t *grad)
+{
+    FM_TAKE(act, m->h, float, (size_t)B * m->base.cfg.d);
+    FM_TAKE(grad, m->dh, float, (size_t)B * m->base.cfg.d);
+    FM_TAKE(act, m->xbuf, float, (size_t)B * m->base.cfg.in_dim);
+    FM_TAKE(act, m->ybuf, uint8_t, (size_t)B);
+    fm_stem_layout(m, B, act, grad);
+    fm_moe_layout(m, B, act, grad);
+    fm_head_layout(m, B, act, grad);
+}
+
+static void *alloc_zeroed(size_t bytes)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes) != 0)
+        return NULL;
+    memset(p, 0, bytes);
+    return p;
+}
+
+static fm_status ensure_workspace(fm_image_t *m, int B)
+{
+    if (B <= m->ws_B)
+        return FM_OK;
+    fm_layout_t act = {NULL, 0}, grad = {NULL, 0};
+    layout_workspace(m, B, &act, &grad);
+    void *pa = alloc_zeroed(act.off + 64), *pg = alloc_zeroed(grad.off + 64);
+    if (!pa || !pg) {
+        free(pa);
+        free(pg);
+        return FM_ERR_NOMEM;
+    }
+    free(m->act_arena);
+    free(m->grad_arena);
+    m->act_arena = pa;
+    m->grad_arena = pg;
+    m->ws_B = B;
+    act = (fm_layout_t){pa, 0};
+    grad = (fm_layout_t){pg, 0};
+    layout_workspace(m, B, &act, &grad);
+    return FM_OK;
+}
+
+/* ---- forward and backward -------------------------------------------------- */
+
+static float image_forward(fm_model_t *mm, const fm_batch_t *b, bool with_lb, float *logits,
+                           fm_batch_stats_t *stats)
+{
+    fm_image_t *m = (fm_image_t *)mm;
+    const fm_model_config_t *c = &m->base.cfg;
+    int B = b->n;
+    if (ensure_workspace(m, B) != FM_OK) {
+        fm_errorf("model: cannot allocate the workspace for batch %d", B);
+        abort();
+    }
+    int C = c->classes;
+    m->B = B;
+    if (b->idx) {
+        fm_dataset_gather(b->ds, b->idx, B, m->xbuf, m->ybuf);
+        m->x = m->xbuf;
+        m->labels = m->ybuf;
+    } else {
+        m->x = b->ds->x + b->first * (size_t)c->in_dim;
+        m->labels = b->ds->y + b->first;
+    }
+    const uint8_t *labels = m->labels;
+    m->with_lb = with_lb;
+    fm_stem_forward(m, m->x, B);
+    double gen_mass = 0.0;
+    float lb = 0.0f;
+    for (int l = 0; l < c->blocks; l++)
+        lb += fm_moe_forward(m, &m->blocks[l], B, &gen_mass);
+    fm_head_forward(m, B);
+    int correct = 0;
+    float ce = fm_cross_entropy(m->head.act.dlogits, &correct, m->head.act.logits, labels, B, C, 1.0f);
+    if (logits)
+        memcpy(logits, m->head.act.logits, sizeof(float) * B * C);
+    if (stats) {
+        stats->loss = ce;
+        stats->lb_loss = lb;
+        stats->correct = correct;
+        stats->generalist_share = c->blocks ? (float)(gen_mass / ((double)B * c->blocks)) : 0.0f;
+    }
+    return ce + (with_lb ? c->lb_weight * lb : 0.0f);
+}
+
+static void image_backward(fm_model_t *mm, int levels)
+{
+    fm_image_t *m = (fm_image_t *)mm;
+    const fm_model_config_t *c = &m->base.cfg;
+    int B = m->B;
+    bool lo = levels & FM_LEVEL_LOWER, up = levels & FM_LEVEL_UPPER;
+    bool train_gate = (levels & m->base.gate_level) != 0;
+    fm_head_backward(m, B, lo, train_gate);
+    for (int l = c->blocks - 1; l >= 0; l--)
+        fm_moe_backward(m, &m->blocks[l], B, lo, up, lo || l > 0);
+    if (lo) {
+        fm_stem_backward(m, B);
+        fm_head_prompt_backward(m);
+    }
+}
+
+static uint64_t image_signature(const fm_model_t *mm)
+{
+    const fm_image_t *m = (const fm_image_t *)mm;
+    uint64_t h = 1469598103934665603ull;
+    int B = m->B;
+    for (int l = 0; l < m->base.cfg.blocks; l++)
+        for (int i = 0; i < B * m->k; i++)
+            h = fm_sig_mix(h, (uint64_t)m->blocks[l].act.topi[i]);
+    return fm_stem_signature(m, h);
+}
+
+/* ---- the family ---------------------------------------------------------------- */
+
+static fm_status image_check(const fm_model_config_t *c)
+{
+    FM_MODEL_REQUIRE(c->in_dim > 0 && c->in_dim <= 1 << 20, "model: in_dim %d out of range", c->in_dim);
+    FM_MODEL_REQUIRE(c->classes >= 2 && c->classes <= 256, "model: classes %d out of range (2..256)", c->classes);
+    FM_MODEL_REQUIRE(c->prompt_len >= 1 && c->prompt_dim >= 1 && c->text_hidden >= 1,
+                     "model: prompt sizes must be positive");
+    FM_MODEL_REQUIRE(c->heads >= 1 && c->d % c->heads == 0, "model: heads %d must divide d %d", c->heads, c->d);
+    FM_MODEL_REQUIRE(c->max_nonlocal >= 0 && c->max_nonlocal <= 64, "model: max_nonlocal %d out of range",
+                     c->max_nonlocal);
+    if (c->stem == FM_STEM_CNN) {
+        FM_MODEL_REQUIRE(c->img_h * c->img_w == c->in_dim, "model: cnn stem needs in_dim = img_h * img_w");
+        int h1 = c->img_h - CNN_K + 1, w1 = c->img_w - CNN_K + 1;
+        int h2 = h1 / 2 - CNN_K + 1, w2 = w1 / 2 - CNN_K + 1;
+        FM_MODEL_REQUIRE(h1 > 0 && w1 > 0 && h1 % 2 == 0 && w1 % 2 == 0 && h2 > 0 && w2 > 0 && h2 % 2 == 0 &&
+                             w2 % 2 == 0,
+                         "model: image %dx%d does not fit the cnn stem", c->img_h, c->img_w);
+    }
+    return FM_OK;
+}
+
+static fm_status image_accepts(const fm_model_t *m, const fm_dataset_t *ds, const char *who)
+{
+    if (ds->dim != m->cfg.in_dim) {
+        fm_error_set("%s: data has %d features, the model expects %d", who, ds->dim, m->cfg.in_dim);
+        return FM_ERR_ARG;
+    }
+    if (ds->classes > m->cfg.classes) {
+        fm_error_set("%s: data has %d classes, the model has %d", who, ds->classes, m->cfg.classes);
+        return FM_ERR_ARG;
+    }
+    return FM_OK;
+}
+
+static void image_anchor(fm_model_t *m, float rate) { fm_moe_anchor((fm_image_t *)m, rate); }
+static float *image_prompt(fm_model_t *m) { return fm_head_prompt((fm_image_t *)m); }
+static size_t image_prompt_size(const fm_model_t *m) { return fm_head_prompt_size((const fm_image_t *)m); }
+static int image_nonlocal_count(const fm_model_t *m) { return fm_head_nonlocal_count((const fm_image_t *)m); }
+static const float *image_text_features(fm_model_t *m) { return fm_head_text_features((fm_image_t *)m); }
+
+static fm_status image_set_nonlocal(fm_model_t *m, const float *prompts, int K)
+{
+    return fm_head_set_nonlocal((fm_image_t *)m, prompts, K);
+}
+
+const fm_model_family_t fm_family_image = {
+    .name = "image",
+    .check = image_check,
+    .create = image_create,
+    .destroy = image_destroy,
+    .accepts = image_accepts,
+    .forward = image_forward,
+    .backward = image_backward,
+    .signature = image_signature,
+    .anchor = image_anchor,
+    .prompt = image_prompt,
+    .prompt_size = image_prompt_size,
+    .set_nonlocal = image_set_nonlocal,
+    .nonlocal_count = image_nonlocal_count,
+    .text_features = image_text_features,
+};
