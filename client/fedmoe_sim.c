@@ -7,7 +7,6 @@
 #include <limits.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,9 +21,9 @@
 #include "fedmoe/options.h"
 #include "fedmoe/runspec.h"
 #include "fedmoe/signals.h"
+#include "fedmoe/spawn.h"
 #include "fedmoe/store.h"
 
-extern char **environ;
 
 /* The sibling program `name`: next to this one, or in ../server, ../client. */
 static int find_program(const char *name, char *out, size_t cap)
@@ -58,22 +57,6 @@ static int free_port(void)
         port = ntohs(a.sin_port);
     close(fd);
     return port;
-}
-
-static pid_t spawn(char *const argv[], const char *log)
-{
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    pid_t pid;
-    int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) {
-        fm_error_set("cannot start %s: %s", argv[0], strerror(rc));
-        return -1;
-    }
-    return pid;
 }
 
 static void tail_file(const char *path, int lines)
@@ -161,7 +144,7 @@ static int start(sim_t *s)
     sargv[sn + k] = NULL;
     snprintf(log, sizeof log, "%s/server.log", s->wd);
     s->t0 = fm_clock_seconds();
-    if ((s->spid = spawn(sargv, log)) < 0) {
+    if ((s->spid = fm_spawn_logged(sargv, log, false)) < 0) {
         fprintf(stderr, "fedmoe-sim: %s\n", fm_error_last());
         return 1;
     }
@@ -173,7 +156,7 @@ static int start(sim_t *s)
         snprintf(spec, sizeof spec, "%d", s->spec.model.specialists);
         char *cargv[] = {s->client, "--connect", s->endpoint, "--id", id, "--state-dir", s->wd, "--specialists", spec,
                          NULL};
-        s->cpids[i] = spawn(cargv, ilog);
+        s->cpids[i] = fm_spawn_logged(cargv, ilog, false);
     }
     printf("fedmoe-sim: coordinator on %s, %d clients, %d rounds; logs in %s\n", s->endpoint, s->o.clients,
            s->o.rounds, s->wd);

@@ -95,6 +95,7 @@ typedef struct {
 fm_status fm_checkpoint_encode(const fm_checkpoint_t *c, uint8_t **blob, size_t *len);
 /* Decodes a checkpoint; the caller frees out with fm_checkpoint_free. */
 fm_status fm_checkpoint_decode(const uint8_t *blob, size_t len, fm_checkpoint_t *out);
+/* Frees what a decoded checkpoint owns (global vector, prompt, pool) and zeroes it. */
 void fm_checkpoint_free(fm_checkpoint_t *c);
 
 #endif

@@ -33,6 +33,7 @@ typedef struct fm_registry fm_registry_t;
 
 /* An empty registry; caller destroys it (freeing every pool entry). */
 fm_status fm_registry_new(fm_registry_t **out);
+/* Frees the registry and every entry it owns, sets *r to NULL; safe on NULL. */
 void fm_registry_destroy(fm_registry_t **r);
 
 /* Number of clients (slots 0..count-1). */

@@ -7,7 +7,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,10 +15,10 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "fedmoe/spawn.h"
 #include "fedmoe/store.h"
 #include "fedmoe/wire.h"
 
-extern char **environ;
 
 /* Every process a test started, so that none outlives a failed assertion. */
 static pid_t g_started[1024];
@@ -35,14 +34,8 @@ static void kill_leftovers(void)
 
 pid_t procs_spawn(char *const argv[], const char *log)
 {
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    pid_t pid;
-    int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0)
+    pid_t pid = fm_spawn_logged(argv, log, true);
+    if (pid < 0)
         return -1;
     if (g_nstarted < (int)(sizeof g_started / sizeof g_started[0]))
         g_started[g_nstarted++] = pid;

@@ -68,24 +68,11 @@ static void heartbeat(void *sock)
     send_env(sock, &env);
 }
 
-static void test_killed_and_stalled_clients(void **state)
+/* A fifth client joins once the run is under way and stalls: it heartbeats but
+ * never uploads. Returns the round it was given; the round closes without it and
+ * its late update is refused by the round number. */
+static uint32_t join_and_stall(const char *endpoint, const char *db)
 {
-    (void)state;
-    char db[512], log[512], endpoint[64];
-    snprintf(db, sizeof db, "%s/clients.db", dir);
-    snprintf(log, sizeof log, "%s/clients-server.log", dir);
-    snprintf(endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", 21000 + (getpid() % 20000));
-    char *sargv[] = {BIN("server/fedmoe-server"), "--bind", endpoint, "--db", db, "--rounds", "8", "--min-clients", "3",
-                     "--partitions", "5", "--round-timeout", "8", "--client-timeout", "4", NULL};
-    pid_t server = procs_spawn(sargv, log);
-    assert_true(server > 0);
-    pid_t c[4];
-    for (int i = 0; i < 4; i++)
-        c[i] = start_client(endpoint, i, 5, "clients", true);
-    /* once the run is under way, a fifth client joins, then stalls: it keeps sending
-     * heartbeats but never an update */
-    for (int i = 0; i < 2400 && procs_committed_rounds(db) < 1; i++)
-        usleep(25000);
     void *ctx = zmq_ctx_new(), *staller = zmq_socket(ctx, ZMQ_DEALER);
     zmq_setsockopt(staller, ZMQ_ROUTING_ID, "staller", 7);
     zmq_connect(staller, endpoint);
@@ -118,7 +105,6 @@ static void test_killed_and_stalled_clients(void **state)
         usleep(500000);
     }
     assert_true(procs_committed_rounds(db) >= (int)stalled_round);
-    /* the round closed without it; its late update is refused by the round number */
     float *vec = calloc(n, sizeof(float)), prompt[256] = {0};
     assert_int_equal(procs_send_update(staller, stalled_round, vec, n, prompt, 100), 0);
     Fedmoe__Envelope *err = recv_kind(staller, FEDMOE__ENVELOPE__BODY_ERROR, 20000);
@@ -130,23 +116,14 @@ static void test_killed_and_stalled_clients(void **state)
     zmq_setsockopt(staller, ZMQ_LINGER, &linger, sizeof linger);
     zmq_close(staller); /* and now it is gone for good */
     zmq_ctx_term(ctx);
-    /* kill a client in the middle of a round */
-    int before = procs_committed_rounds(db);
-    while (procs_committed_rounds(db) == before)
-        usleep(20000);
-    int killed_in = procs_committed_rounds(db) + 1;
-    usleep(200000);
-    kill(c[3], SIGKILL);
-    procs_wait(c[3], 10);
-    /* the round closes with the others; then the client comes back */
-    for (int i = 0; i < 600 && procs_committed_rounds(db) < killed_in; i++)
-        usleep(50000);
-    assert_true(procs_committed_rounds(db) >= killed_in);
-    c[3] = start_client(endpoint, 3, 5, "clients", true);
-    assert_int_equal(procs_wait(server, 240), 0);
-    for (int i = 0; i < 4; i++)
-        assert_int_equal(procs_wait(c[i], 30), 0);
-    /* what the round log says */
+    return stalled_round;
+}
+
+/* The round log of the run: 8 rounds, each with its quorum; the staller dropped
+ * in its round, client c3 dropped in the round it was killed in and completing
+ * rounds after it came back. */
+static void check_dropped_and_back(const char *db, uint32_t stalled_round, int killed_in)
+{
     fm_store_t *st;
     assert_int_equal(fm_store_open(&st, db, true), FM_OK);
     fm_run_row_t run;
@@ -181,6 +158,42 @@ static void test_killed_and_stalled_clients(void **state)
     free(r);
     fm_store_run_clear(&run);
     fm_store_close(&st);
+}
+
+static void test_killed_and_stalled_clients(void **state)
+{
+    (void)state;
+    char db[512], log[512], endpoint[64];
+    snprintf(db, sizeof db, "%s/clients.db", dir);
+    snprintf(log, sizeof log, "%s/clients-server.log", dir);
+    snprintf(endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", 21000 + (getpid() % 20000));
+    char *sargv[] = {BIN("server/fedmoe-server"), "--bind", endpoint, "--db", db, "--rounds", "8", "--min-clients", "3",
+                     "--partitions", "5", "--round-timeout", "8", "--client-timeout", "4", NULL};
+    pid_t server = procs_spawn(sargv, log);
+    assert_true(server > 0);
+    pid_t c[4];
+    for (int i = 0; i < 4; i++)
+        c[i] = start_client(endpoint, i, 5, "clients", true);
+    for (int i = 0; i < 2400 && procs_committed_rounds(db) < 1; i++)
+        usleep(25000);
+    uint32_t stalled_round = join_and_stall(endpoint, db);
+    /* kill a client in the middle of a round */
+    int before = procs_committed_rounds(db);
+    while (procs_committed_rounds(db) == before)
+        usleep(20000);
+    int killed_in = procs_committed_rounds(db) + 1;
+    usleep(200000);
+    kill(c[3], SIGKILL);
+    procs_wait(c[3], 10);
+    /* the round closes with the others; then the client comes back */
+    for (int i = 0; i < 600 && procs_committed_rounds(db) < killed_in; i++)
+        usleep(50000);
+    assert_true(procs_committed_rounds(db) >= killed_in);
+    c[3] = start_client(endpoint, 3, 5, "clients", true);
+    assert_int_equal(procs_wait(server, 240), 0);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(procs_wait(c[i], 30), 0);
+    check_dropped_and_back(db, stalled_round, killed_in);
     assert_true(procs_integrity_ok(db));
 }
 

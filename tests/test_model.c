@@ -111,6 +111,18 @@ static void randomize_local(fm_model_t *m, uint64_t seed)
     }
 }
 
+/* A model of c made with run seed `seed`, its local group randomized, K random
+ * non-local prompts set; *b a random batch from batch_seed. */
+static fm_model_t *ready_model(const fm_model_config_t *c, uint64_t seed, int K, uint64_t batch_seed, batch_t *b)
+{
+    fm_model_t *m = NULL;
+    assert_int_equal(fm_model_new(&m, c, seed, fm_rng_stream(FM_STREAM_LOCAL, 0)), FM_OK);
+    randomize_local(m, 3);
+    set_random_nonlocal(m, K, 4);
+    *b = make_batch(c, batch_seed);
+    return m;
+}
+
 /* Checks every parameter view; returns how many coordinates were compared. */
 static int gradcheck(fm_model_t *m, batch_t *b, bool with_lb)
 {
@@ -188,11 +200,8 @@ static void run_gradcheck(fm_stem_kind stem, int K, bool gating, int G, int S, i
     c.generalists = G;
     c.specialists = S;
     c.top_k = top_k;
-    fm_model_t *m = NULL;
-    assert_int_equal(fm_model_new(&m, &c, 7, fm_rng_stream(FM_STREAM_LOCAL, 0)), FM_OK);
-    randomize_local(m, 3);
-    set_random_nonlocal(m, K, 4);
-    batch_t b = make_batch(&c, 5);
+    batch_t b;
+    fm_model_t *m = ready_model(&c, 7, K, 5, &b);
     gradcheck(m, &b, true);
     gradcheck(m, &b, false);
     /* every part of the model received gradient */
@@ -279,11 +288,8 @@ static void test_blas_and_naive_agree(void **state)
     c.d = 32;
     c.ffn_hidden = 48;
     c.text_hidden = 40;
-    fm_model_t *m = NULL;
-    assert_int_equal(fm_model_new(&m, &c, 9, fm_rng_stream(FM_STREAM_LOCAL, 0)), FM_OK);
-    randomize_local(m, 3);
-    set_random_nonlocal(m, 4, 4);
-    batch_t b = make_batch(&c, 6);
+    batch_t b;
+    fm_model_t *m = ready_model(&c, 9, 4, 6, &b);
     fm_params_t *ps = fm_model_params(m);
     float *g[2][FM_GROUP_COUNT], loss[2];
     for (int naive = 0; naive < 2; naive++) {
@@ -343,11 +349,8 @@ static void run_between(fm_stem_kind stem)
 {
     fm_model_config_t c;
     small_config(&c, stem);
-    fm_model_t *m = NULL;
-    assert_int_equal(fm_model_new(&m, &c, 7, fm_rng_stream(FM_STREAM_LOCAL, 0)), FM_OK);
-    randomize_local(m, 3);
-    set_random_nonlocal(m, 3, 4);
-    batch_t b = make_batch(&c, 5);
+    batch_t b;
+    fm_model_t *m = ready_model(&c, 7, 3, 5, &b);
     fm_params_t *ps = fm_model_params(m);
     float *want[FM_GROUP_COUNT];
     fm_params_zero_grad(ps);

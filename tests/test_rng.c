@@ -11,26 +11,24 @@
 static void test_philox_known_answers(void **state)
 {
     (void)state;
-    /* Random123's kat_vectors for philox4x32_10 */
-    uint32_t out[4];
-    const uint32_t c0[4] = {0, 0, 0, 0}, k0[2] = {0, 0};
-    fm_philox4x32_10(c0, k0, out);
-    assert_int_equal(out[0], 0x6627e8d5u);
-    assert_int_equal(out[1], 0xe169c58du);
-    assert_int_equal(out[2], 0xbc57ac4cu);
-    assert_int_equal(out[3], 0x9b00dbd8u);
-    const uint32_t c1[4] = {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}, k1[2] = {0xffffffffu, 0xffffffffu};
-    fm_philox4x32_10(c1, k1, out);
-    assert_int_equal(out[0], 0x408f276du);
-    assert_int_equal(out[1], 0x41c83b0eu);
-    assert_int_equal(out[2], 0xa20bc7c6u);
-    assert_int_equal(out[3], 0x6d5451fdu);
-    const uint32_t c2[4] = {0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}, k2[2] = {0xa4093822u, 0x299f31d0u};
-    fm_philox4x32_10(c2, k2, out);
-    assert_int_equal(out[0], 0xd16cfe09u);
-    assert_int_equal(out[1], 0x94fdccebu);
-    assert_int_equal(out[2], 0x5001e420u);
-    assert_int_equal(out[3], 0x24126ea1u);
+    /* Random123's kat_vectors for philox4x32_10: counter, key, output */
+    static const struct {
+        uint32_t c[4], k[2], want[4];
+    } kat[] = {
+        {{0, 0, 0, 0}, {0, 0}, {0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}},
+        {{0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu},
+         {0xffffffffu, 0xffffffffu},
+         {0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu}},
+        {{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u},
+         {0xa4093822u, 0x299f31d0u},
+         {0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}},
+    };
+    for (size_t i = 0; i < sizeof kat / sizeof kat[0]; i++) {
+        uint32_t out[4];
+        fm_philox4x32_10(kat[i].c, kat[i].k, out);
+        for (int j = 0; j < 4; j++)
+            assert_int_equal(out[j], kat[i].want[j]);
+    }
 }
 
 static void test_streams_are_deterministic_and_distinct(void **state)

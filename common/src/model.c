@@ -20,18 +20,7 @@
 static const fm_model_family_t *const families[] = {&fm_family_image};
 #define FAMILY_COUNT ((int)(sizeof families / sizeof families[0]))
 
-static const char *stem_names[] = {"mlp", "cnn"};
-
-const char *fm_stem_name(fm_stem_kind k) { return stem_names[k == FM_STEM_CNN]; }
-
-fm_status fm_stem_parse(const char *flag, const char *name, fm_stem_kind *out)
-{
-    int i;
-    fm_status st = fm_arg_choice(flag, name, stem_names, 2, &i);
-    if (st == FM_OK)
-        *out = i ? FM_STEM_CNN : FM_STEM_MLP;
-    return st;
-}
+FM_ARG_ENUM_NAMES(fm_stem_kind, fm_stem_name, fm_stem_parse, "mlp", "cnn")
 
 void fm_model_config_default(fm_model_config_t *c)
 {
@@ -163,19 +152,19 @@ void fm_model_backward(fm_model_t *m, int levels) { m->family->backward(m, level
 uint64_t fm_model_branch_signature(const fm_model_t *m) { return m->family->signature(m); }
 void fm_model_anchor_specialists(fm_model_t *m, float rate) { m->family->anchor(m, rate); }
 
-float *fm_model_prompt(fm_model_t *m) { return m->family->prompt ? m->family->prompt(m) : NULL; }
-size_t fm_model_prompt_size(const fm_model_t *m) { return m->family->prompt ? m->family->prompt_size(m) : 0; }
-int fm_model_nonlocal_count(const fm_model_t *m) { return m->family->prompt ? m->family->nonlocal_count(m) : 0; }
+float *fm_model_prompt(fm_model_t *m) { return m->family->head ? m->family->head->prompt(m) : NULL; }
+size_t fm_model_prompt_size(const fm_model_t *m) { return m->family->head ? m->family->head->prompt_size(m) : 0; }
+int fm_model_nonlocal_count(const fm_model_t *m) { return m->family->head ? m->family->head->nonlocal_count(m) : 0; }
 
 const float *fm_model_text_features(fm_model_t *m)
 {
-    return m->family->prompt ? m->family->text_features(m) : NULL;
+    return m->family->head ? m->family->head->text_features(m) : NULL;
 }
 
 fm_status fm_model_set_nonlocal(fm_model_t *m, const float *prompts, int K)
 {
-    if (m->family->prompt)
-        return m->family->set_nonlocal(m, prompts, K);
+    if (m->family->head)
+        return m->family->head->set_nonlocal(m, prompts, K);
     if (K == 0)
         return FM_OK;
     fm_error_set("model: the %s family has no prompt head for non-local prompts", m->family->name);

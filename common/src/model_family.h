@@ -31,6 +31,15 @@ struct fm_model {
     int experts;                  /* experts per MoE block: G + S */
 };
 
+/* The operations of a prompt-expert head (model.h: fm_model_prompt ...). */
+typedef struct {
+    float *(*prompt)(fm_model_t *m);
+    size_t (*prompt_size)(const fm_model_t *m);
+    fm_status (*set_nonlocal)(fm_model_t *m, const float *prompts, int K);
+    int (*nonlocal_count)(const fm_model_t *m);
+    const float *(*text_features)(fm_model_t *m);
+} fm_prompt_head_ops_t;
+
 struct fm_model_family {
     const char *name;
     /* Family-specific configuration checks, after the common ones of
@@ -48,12 +57,8 @@ struct fm_model_family {
     void (*backward)(fm_model_t *m, int levels);
     uint64_t (*signature)(const fm_model_t *m);
     void (*anchor)(fm_model_t *m, float rate);
-    /* The prompt head; all NULL in a family that has none. */
-    float *(*prompt)(fm_model_t *m);
-    size_t (*prompt_size)(const fm_model_t *m);
-    fm_status (*set_nonlocal)(fm_model_t *m, const float *prompts, int K);
-    int (*nonlocal_count)(const fm_model_t *m);
-    const float *(*text_features)(fm_model_t *m);
+    /* The prompt head; NULL in a family that has none. */
+    const fm_prompt_head_ops_t *head;
 };
 
 /* In a configuration check: unless cond, records the formatted reason and

@@ -164,8 +164,9 @@ static void text_forward(const fm_image_t *m, const float *P, fm_text_act_t *a, 
     }
 }
 
-fm_status fm_head_set_nonlocal(fm_image_t *m, const float *prompts, int K)
+fm_status fm_head_set_nonlocal(fm_model_t *mm, const float *prompts, int K)
 {
+    fm_image_t *m = (fm_image_t *)mm;
     const fm_model_config_t *c = &m->base.cfg;
     fm_head_t *hd = &m->head;
     if (K < 0 || K > c->max_nonlocal) {
@@ -182,17 +183,18 @@ fm_status fm_head_set_nonlocal(fm_image_t *m, const float *prompts, int K)
     return FM_OK;
 }
 
-int fm_head_nonlocal_count(const fm_image_t *m) { return m->head.K; }
+int fm_head_nonlocal_count(const fm_model_t *m) { return ((const fm_image_t *)m)->head.K; }
 
-const float *fm_head_text_features(fm_image_t *m)
+const float *fm_head_text_features(fm_model_t *mm)
 {
+    fm_image_t *m = (fm_image_t *)mm;
     text_forward(m, m->head.prompt.w, &m->head.enc, m->head.text_out);
     return m->head.text_out;
 }
 
-float *fm_head_prompt(fm_image_t *m) { return m->head.prompt.w; }
+float *fm_head_prompt(fm_model_t *m) { return ((fm_image_t *)m)->head.prompt.w; }
 
-size_t fm_head_prompt_size(const fm_image_t *m) { return (size_t)m->base.cfg.prompt_len * m->base.cfg.prompt_dim; }
+size_t fm_head_prompt_size(const fm_model_t *m) { return (size_t)m->cfg.prompt_len * m->cfg.prompt_dim; }
 
 /* ---- forward ----------------------------------------------------------------- */
 

@@ -237,16 +237,13 @@ static fm_status image_accepts(const fm_model_t *m, const fm_dataset_t *ds, cons
     return FM_OK;
 }
 
-static void image_anchor(fm_model_t *m, float rate) { fm_moe_anchor((fm_image_t *)m, rate); }
-static float *image_prompt(fm_model_t *m) { return fm_head_prompt((fm_image_t *)m); }
-static size_t image_prompt_size(const fm_model_t *m) { return fm_head_prompt_size((const fm_image_t *)m); }
-static int image_nonlocal_count(const fm_model_t *m) { return fm_head_nonlocal_count((const fm_image_t *)m); }
-static const float *image_text_features(fm_model_t *m) { return fm_head_text_features((fm_image_t *)m); }
-
-static fm_status image_set_nonlocal(fm_model_t *m, const float *prompts, int K)
-{
-    return fm_head_set_nonlocal((fm_image_t *)m, prompts, K);
-}
+static const fm_prompt_head_ops_t image_head = {
+    .prompt = fm_head_prompt,
+    .prompt_size = fm_head_prompt_size,
+    .set_nonlocal = fm_head_set_nonlocal,
+    .nonlocal_count = fm_head_nonlocal_count,
+    .text_features = fm_head_text_features,
+};
 
 const fm_model_family_t fm_family_image = {
     .name = "image",
@@ -257,10 +254,6 @@ const fm_model_family_t fm_family_image = {
     .forward = image_forward,
     .backward = image_backward,
     .signature = image_signature,
-    .anchor = image_anchor,
-    .prompt = image_prompt,
-    .prompt_size = image_prompt_size,
-    .set_nonlocal = image_set_nonlocal,
-    .nonlocal_count = image_nonlocal_count,
-    .text_features = image_text_features,
+    .anchor = fm_moe_anchor,
+    .head = &image_head,
 };

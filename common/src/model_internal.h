@@ -180,8 +180,8 @@ uint64_t fm_stem_signature(const fm_image_t *m, uint64_t h);
 /* MoE blocks (model_moe.c) */
 fm_status fm_moe_register(fm_image_t *m, int l);
 void fm_moe_layout(fm_image_t *m, int B, fm_layout_t *act, fm_layout_t *grad);
-/* fm_model_anchor_specialists for the image family. */
-void fm_moe_anchor(fm_image_t *m, float rate);
+/* The image family's anchor operation (model_family.h; m is an fm_image_t). */
+void fm_moe_anchor(fm_model_t *m, float rate);
 /* One block in place on m->h; returns its load-balancing term and adds the
  * routing weight on generalists to *gen_mass. */
 float fm_moe_forward(fm_image_t *m, fm_block_t *bl, int B, double *gen_mass);
@@ -200,11 +200,11 @@ void fm_head_forward(fm_image_t *m, int B);
 void fm_head_backward(fm_image_t *m, int B, bool lo, bool train_gate);
 /* The local prompt's gradient, from head.grad.dtl (after fm_head_backward with lo). */
 void fm_head_prompt_backward(fm_image_t *m);
-/* The prompt-head operations of model.h (fm_model_prompt, ...), for the image family. */
-fm_status fm_head_set_nonlocal(fm_image_t *m, const float *prompts, int K);
-int fm_head_nonlocal_count(const fm_image_t *m);
-const float *fm_head_text_features(fm_image_t *m);
-float *fm_head_prompt(fm_image_t *m);
-size_t fm_head_prompt_size(const fm_image_t *m);
+/* The image family's prompt-head operations (model_family.h; m is an fm_image_t). */
+fm_status fm_head_set_nonlocal(fm_model_t *m, const float *prompts, int K);
+int fm_head_nonlocal_count(const fm_model_t *m);
+const float *fm_head_text_features(fm_model_t *m);
+float *fm_head_prompt(fm_model_t *m);
+size_t fm_head_prompt_size(const fm_model_t *m);
 
 #endif

@@ -228,8 +228,9 @@ static fm_view_t *expert_tensor(fm_expert_t *ex, int t)
     return t == 0 ? &ex->w1 : t == 1 ? &ex->b1 : t == 2 ? &ex->w2 : &ex->b2;
 }
 
-void fm_moe_anchor(fm_image_t *m, float rate)
+void fm_moe_anchor(fm_model_t *mm, float rate)
 {
+    fm_image_t *m = (fm_image_t *)mm;
     const fm_model_config_t *c = &m->base.cfg;
     int G = c->generalists;
     if (rate == 0.0f || G < 1)

@@ -17,20 +17,11 @@ fm_status fm_params_add(fm_params_t *ps, fm_view_t *view, const char *name, cons
         ps->cap = cap;
     }
     fm_param_t *p = &ps->params[ps->count];
-    memset(p, 0, sizeof *p);
+    *p = (fm_param_t){.group = spec->group, .level = spec->level, .role = spec->role, .kind = spec->kind,
+                      .block = spec->block, .unit = spec->unit, .rows = spec->rows, .cols = spec->cols,
+                      .size = (size_t)spec->rows * spec->cols, .offset = ps->groups[spec->group].size,
+                      .decay = spec->decay, .view = view};
     snprintf(p->name, sizeof p->name, "%s", name);
-    p->group = spec->group;
-    p->level = spec->level;
-    p->role = spec->role;
-    p->kind = spec->kind;
-    p->block = spec->block;
-    p->unit = spec->unit;
-    p->rows = spec->rows;
-    p->cols = spec->cols;
-    p->size = (size_t)spec->rows * spec->cols;
-    p->offset = ps->groups[spec->group].size;
-    p->decay = spec->decay;
-    p->view = view;
     view->id = ps->count;
     ps->groups[spec->group].size += p->size;
     ps->count++;

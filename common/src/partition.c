@@ -18,21 +18,8 @@ void fm_partition_config_default(fm_partition_config_t *c)
     c->min_samples = 40;
 }
 
-static const char *kind_names[] = {"dirichlet", "pathological", "iid"};
-
-const char *fm_partition_kind_name(fm_partition_kind k)
-{
-    return (unsigned)k < 3 ? kind_names[k] : "dirichlet";
-}
-
-fm_status fm_partition_kind_parse(const char *flag, const char *name, fm_partition_kind *out)
-{
-    int i;
-    fm_status st = fm_arg_choice(flag, name, kind_names, 3, &i);
-    if (st == FM_OK)
-        *out = (fm_partition_kind)i;
-    return st;
-}
+FM_ARG_ENUM_NAMES(fm_partition_kind, fm_partition_kind_name, fm_partition_kind_parse, "dirichlet", "pathological",
+                  "iid")
 
 /* A growable list of indices per client. */
 typedef struct {
@@ -91,155 +78,201 @@ static fm_status group_by_class(const uint8_t *labels, size_t n, int classes, ui
     return FM_OK;
 }
 
+/* What a split works on: the examples grouped by class, scratch, and the lists
+ * it fills, one per client. */
+typedef struct {
+    size_t n;
+    int classes, clients;
+    uint32_t *by;             /* indices grouped by class: class c at by + start[c], count[c] of them */
+    size_t *start, *count;
+    uint32_t *tmp;            /* (n) scratch */
+    double *prop;             /* (clients) Dirichlet proportions */
+    uint32_t *holders;        /* (clients) pathological: the clients holding a class */
+    ulist_t *lists;           /* (clients) */
+    fm_rng_t r;
+} split_t;
+
+/* tmp = the examples of class c, shuffled; returns their count. */
+static size_t shuffled_class(split_t *w, int c)
+{
+    size_t nc = w->count[c];
+    memcpy(w->tmp, w->by + w->start[c], sizeof(uint32_t) * nc);
+    fm_rng_shuffle(&w->r, w->tmp, nc);
+    return nc;
+}
+
+/* One Dirichlet draw: each class spread over the clients by Gamma(alpha)
+ * proportions, masked for clients that already hold their fair share (PFLlib). */
+static fm_status dirichlet_draw(split_t *w, double alpha)
+{
+    int clients = w->clients;
+    for (int j = 0; j < clients; j++)
+        w->lists[j].n = 0;
+    for (int c = 0; c < w->classes; c++) {
+        size_t nc = shuffled_class(w, c);
+        double masked = 0.0;
+        for (int j = 0; j < clients; j++)
+            w->prop[j] = fm_rng_gamma(&w->r, alpha);
+        for (int j = 0; j < clients; j++) {
+            if ((double)w->lists[j].n >= (double)w->n / clients)
+                w->prop[j] = 0.0;
+            masked += w->prop[j];
+        }
+        if (!(masked > 0.0)) {
+            masked = 0.0;
+            for (int j = 0; j < clients; j++)
+                masked += (w->prop[j] = 1.0);
+        }
+        double cum = 0.0;
+        size_t from = 0;
+        for (int j = 0; j < clients; j++) {
+            cum += w->prop[j] / masked;
+            size_t to = j == clients - 1 ? nc : (size_t)(cum * (double)nc);
+            if (to > nc)
+                to = nc;
+            if (to < from)
+                to = from;
+            if (push(&w->lists[j], w->tmp + from, to - from))
+                return FM_ERR_NOMEM;
+            from = to;
+        }
+    }
+    return FM_OK;
+}
+
+/* Dirichlet draws until every client has min_samples (bounded tries). */
+static fm_status split_dirichlet(split_t *w, const fm_partition_config_t *cfg)
+{
+    for (int tries = 1;; tries++) {
+        fm_status st = dirichlet_draw(w, cfg->alpha);
+        if (st != FM_OK)
+            return st;
+        size_t least = w->n;
+        for (int j = 0; j < w->clients; j++)
+            least = w->lists[j].n < least ? w->lists[j].n : least;
+        if (least >= cfg->min_samples)
+            return FM_OK;
+        if (tries >= DIRICHLET_MAX_TRIES) {
+            fm_error_set("partition: no Dirichlet(%g) draw in %d tries gives every one of %d clients "
+                         "%zu examples; lower the minimum or use fewer clients",
+                         cfg->alpha, tries, w->clients, cfg->min_samples);
+            return FM_ERR_ARG;
+        }
+    }
+}
+
+/* Client j holds classes (j*s + t) mod C for t < s; each class is split evenly
+ * among its holders. */
+static fm_status split_pathological(split_t *w, int s)
+{
+    for (int c = 0; c < w->classes; c++) {
+        int nh = 0;
+        for (int j = 0; j < w->clients; j++)
+            for (int t = 0; t < s; t++)
+                if ((j * s + t) % w->classes == c) {
+                    w->holders[nh++] = (uint32_t)j;
+                    break;
+                }
+        if (nh == 0)
+            continue;
+        size_t nc = shuffled_class(w, c);
+        for (int h = 0; h < nh; h++) {
+            size_t from = nc * h / nh, to = nc * (h + 1) / nh;
+            if (push(&w->lists[w->holders[h]], w->tmp + from, to - from))
+                return FM_ERR_NOMEM;
+        }
+    }
+    return FM_OK;
+}
+
+static fm_status split_iid(split_t *w)
+{
+    for (size_t i = 0; i < w->n; i++)
+        w->tmp[i] = (uint32_t)i;
+    fm_rng_shuffle(&w->r, w->tmp, w->n);
+    for (int j = 0; j < w->clients; j++) {
+        size_t from = w->n * j / w->clients, to = w->n * (j + 1) / w->clients;
+        if (push(&w->lists[j], w->tmp + from, to - from))
+            return FM_ERR_NOMEM;
+    }
+    return FM_OK;
+}
+
+/* p = the lists, each sorted, one after another. */
+static fm_status flatten(fm_partition_t *p, split_t *w)
+{
+    p->clients = w->clients;
+    p->offset = malloc(sizeof(size_t) * (w->clients + 1));
+    size_t total = 0;
+    for (int j = 0; j < w->clients; j++)
+        total += w->lists[j].n;
+    p->index = malloc(sizeof(uint32_t) * (total ? total : 1));
+    if (!p->offset || !p->index)
+        return FM_ERR_NOMEM;
+    p->offset[0] = 0;
+    for (int j = 0; j < w->clients; j++) {
+        qsort(w->lists[j].v, w->lists[j].n, sizeof(uint32_t), cmp_u32);
+        if (w->lists[j].n)
+            memcpy(p->index + p->offset[j], w->lists[j].v, sizeof(uint32_t) * w->lists[j].n);
+        p->offset[j + 1] = p->offset[j] + w->lists[j].n;
+    }
+    return FM_OK;
+}
+
+static fm_status check_args(size_t n, int classes, int clients, const fm_partition_config_t *cfg)
+{
+    if (clients < 1 || (size_t)clients > n)
+        fm_error_set("partition: %d clients for %zu examples", clients, n);
+    else if (classes < 1 || classes > 256)
+        fm_error_set("partition: %d classes", classes);
+    else if (cfg->kind == FM_PARTITION_DIRICHLET && !(cfg->alpha > 0.0 && cfg->alpha < 1e6))
+        fm_error_set("partition: Dirichlet alpha must be positive, got %g", cfg->alpha);
+    else if (cfg->kind == FM_PARTITION_PATHOLOGICAL &&
+             (cfg->classes_per_client < 1 || cfg->classes_per_client > classes))
+        fm_error_set("partition: %d classes per client, the data has %d", cfg->classes_per_client, classes);
+    else
+        return FM_OK;
+    return FM_ERR_ARG;
+}
+
 fm_status fm_partition_make(fm_partition_t *p, const uint8_t *labels, size_t n, int classes, int clients,
                             uint64_t seed, const fm_partition_config_t *cfg)
 {
     memset(p, 0, sizeof *p);
-    if (clients < 1 || (size_t)clients > n) {
-        fm_error_set("partition: %d clients for %zu examples", clients, n);
-        return FM_ERR_ARG;
-    }
-    if (classes < 1 || classes > 256) {
-        fm_error_set("partition: %d classes", classes);
-        return FM_ERR_ARG;
-    }
-    if (cfg->kind == FM_PARTITION_DIRICHLET && !(cfg->alpha > 0.0 && cfg->alpha < 1e6)) {
-        fm_error_set("partition: Dirichlet alpha must be positive, got %g", cfg->alpha);
-        return FM_ERR_ARG;
-    }
-    if (cfg->kind == FM_PARTITION_PATHOLOGICAL && (cfg->classes_per_client < 1 || cfg->classes_per_client > classes)) {
-        fm_error_set("partition: %d classes per client, the data has %d", cfg->classes_per_client, classes);
-        return FM_ERR_ARG;
-    }
-    fm_status st = FM_ERR_NOMEM;
-    uint32_t *by = NULL, *tmp = malloc(sizeof(uint32_t) * (n ? n : 1));
-    size_t *start = calloc(classes, sizeof(size_t)), *count = calloc(classes, sizeof(size_t));
-    ulist_t *lists = calloc(clients, sizeof(ulist_t));
-    double *prop = calloc(clients, sizeof(double));
-    uint32_t *holders = calloc(clients, sizeof(uint32_t)); /* pathological: the clients holding a class */
-    if (!tmp || !start || !count || !lists || !prop || !holders)
-        goto out;
-    if ((st = group_by_class(labels, n, classes, &by, start, count)) != FM_OK)
-        goto out;
+    fm_status st = check_args(n, classes, clients, cfg);
+    if (st != FM_OK)
+        return st;
+    split_t w = {.n = n, .classes = classes, .clients = clients};
     st = FM_ERR_NOMEM;
-    fm_rng_t r;
-    fm_rng_init(&r, seed, fm_rng_stream(FM_STREAM_PARTITION, 0));
-    if (cfg->kind == FM_PARTITION_DIRICHLET) {
-        int tries = 0;
-        for (;;) {
-            for (int j = 0; j < clients; j++)
-                lists[j].n = 0;
-            for (int c = 0; c < classes; c++) {
-                size_t nc = count[c];
-                memcpy(tmp, by + start[c], sizeof(uint32_t) * nc);
-                fm_rng_shuffle(&r, tmp, nc);
-                double sum = 0.0, masked = 0.0;
-                for (int j = 0; j < clients; j++) {
-                    prop[j] = fm_rng_gamma(&r, cfg->alpha);
-                    sum += prop[j];
-                }
-                /* PFLlib: no more for clients that already hold their fair share */
-                for (int j = 0; j < clients; j++) {
-                    if ((double)lists[j].n >= (double)n / clients)
-                        prop[j] = 0.0;
-                    masked += prop[j];
-                }
-                if (!(masked > 0.0)) {
-                    masked = 0.0;
-                    for (int j = 0; j < clients; j++)
-                        masked += (prop[j] = 1.0);
-                }
-                (void)sum;
-                double cum = 0.0;
-                size_t from = 0;
-                for (int j = 0; j < clients; j++) {
-                    cum += prop[j] / masked;
-                    size_t to = j == clients - 1 ? nc : (size_t)(cum * (double)nc);
-                    if (to > nc)
-                        to = nc;
-                    if (to < from)
-                        to = from;
-                    if (push(&lists[j], tmp + from, to - from))
-                        goto out;
-                    from = to;
-                }
-            }
-            size_t least = n;
-            for (int j = 0; j < clients; j++)
-                least = lists[j].n < least ? lists[j].n : least;
-            if (least >= cfg->min_samples)
-                break;
-            if (++tries >= DIRICHLET_MAX_TRIES) {
-                fm_error_set("partition: no Dirichlet(%g) draw in %d tries gives every one of %d clients "
-                             "%zu examples; lower the minimum or use fewer clients",
-                             cfg->alpha, tries, clients, cfg->min_samples);
-                st = FM_ERR_ARG;
-                goto out;
-            }
-        }
-    } else if (cfg->kind == FM_PARTITION_PATHOLOGICAL) {
-        int s = cfg->classes_per_client;
-        for (int c = 0; c < classes; c++) {
-            /* the clients holding class c: those j with c in {(j*s + t) mod C} */
-            int nh = 0;
-            for (int j = 0; j < clients; j++)
-                for (int t = 0; t < s; t++)
-                    if ((j * s + t) % classes == c) {
-                        holders[nh++] = (uint32_t)j;
-                        break;
-                    }
-            if (nh == 0)
-                continue;
-            size_t nc = count[c];
-            memcpy(tmp, by + start[c], sizeof(uint32_t) * nc);
-            fm_rng_shuffle(&r, tmp, nc);
-            for (int h = 0; h < nh; h++) {
-                size_t from = nc * h / nh, to = nc * (h + 1) / nh;
-                if (push(&lists[holders[h]], tmp + from, to - from))
-                    goto out;
-            }
-        }
-    } else {
-        for (size_t i = 0; i < n; i++)
-            tmp[i] = (uint32_t)i;
-        fm_rng_shuffle(&r, tmp, n);
-        for (int j = 0; j < clients; j++) {
-            size_t from = n * j / clients, to = n * (j + 1) / clients;
-            if (push(&lists[j], tmp + from, to - from))
-                goto out;
-        }
+    w.tmp = malloc(sizeof(uint32_t) * (n ? n : 1));
+    w.start = calloc(classes, sizeof(size_t));
+    w.count = calloc(classes, sizeof(size_t));
+    w.lists = calloc(clients, sizeof(ulist_t));
+    w.prop = calloc(clients, sizeof(double));
+    w.holders = calloc(clients, sizeof(uint32_t));
+    if (w.tmp && w.start && w.count && w.lists && w.prop && w.holders &&
+        (st = group_by_class(labels, n, classes, &w.by, w.start, w.count)) == FM_OK) {
+        fm_rng_init(&w.r, seed, fm_rng_stream(FM_STREAM_PARTITION, 0));
+        st = cfg->kind == FM_PARTITION_DIRICHLET      ? split_dirichlet(&w, cfg)
+             : cfg->kind == FM_PARTITION_PATHOLOGICAL ? split_pathological(&w, cfg->classes_per_client)
+                                                       : split_iid(&w);
+        if (st == FM_OK)
+            st = flatten(p, &w);
     }
-    p->clients = clients;
-    p->offset = malloc(sizeof(size_t) * (clients + 1));
-    size_t total = 0;
-    for (int j = 0; j < clients; j++)
-        total += lists[j].n;
-    p->index = malloc(sizeof(uint32_t) * (total ? total : 1));
-    if (!p->offset || !p->index)
-        goto out;
-    p->offset[0] = 0;
-    for (int j = 0; j < clients; j++) {
-        qsort(lists[j].v, lists[j].n, sizeof(uint32_t), cmp_u32);
-        if (lists[j].n)
-            memcpy(p->index + p->offset[j], lists[j].v, sizeof(uint32_t) * lists[j].n);
-        p->offset[j + 1] = p->offset[j] + lists[j].n;
-    }
-    st = FM_OK;
-out:
     if (st == FM_ERR_NOMEM)
         fm_error_set("partition: out of memory");
     if (st != FM_OK)
         fm_partition_free(p);
-    if (lists)
+    if (w.lists)
         for (int j = 0; j < clients; j++)
-            free(lists[j].v);
-    free(lists);
-    free(prop);
-    free(holders);
-    free(tmp);
-    free(by);
-    free(start);
-    free(count);
+            free(w.lists[j].v);
+    free(w.lists);
+    free(w.prop);
+    free(w.holders);
+    free(w.tmp);
+    free(w.by);
+    free(w.start);
+    free(w.count);
     return st;
 }
 

@@ -7,31 +7,8 @@
 #include "fedmoe/args.h"
 #include "fedmoe/log.h"
 
-static const char *names[] = {"local", "fedavg", "comigs", "pfedmoap", "full"};
-
-const char *fm_strategy_name(fm_strategy s) { return (unsigned)s < 5 ? names[s] : "?"; }
-
-fm_status fm_strategy_parse(const char *flag, const char *name, fm_strategy *out)
-{
-    int i;
-    fm_status st = fm_arg_choice(flag, name, names, 5, &i);
-    if (st == FM_OK)
-        *out = (fm_strategy)i;
-    return st;
-}
-
-static const char *schedule_names[] = {"constant", "cosine"};
-
-const char *fm_lr_schedule_name(fm_lr_schedule s) { return schedule_names[s == FM_LR_COSINE]; }
-
-fm_status fm_lr_schedule_parse(const char *flag, const char *name, fm_lr_schedule *out)
-{
-    int i;
-    fm_status st = fm_arg_choice(flag, name, schedule_names, 2, &i);
-    if (st == FM_OK)
-        *out = i ? FM_LR_COSINE : FM_LR_CONSTANT;
-    return st;
-}
+FM_ARG_ENUM_NAMES(fm_strategy, fm_strategy_name, fm_strategy_parse, "local", "fedavg", "comigs", "pfedmoap", "full")
+FM_ARG_ENUM_NAMES(fm_lr_schedule, fm_lr_schedule_name, fm_lr_schedule_parse, "constant", "cosine")
 
 float fm_lr_schedule_scale(fm_lr_schedule s, int round, int rounds)
 {

@@ -20,6 +20,7 @@ typedef struct fm_aggregator fm_aggregator_t;
 
 /* An aggregator of n values; caller destroys it. */
 fm_status fm_aggregator_new(fm_aggregator_t **out, size_t n);
+/* Frees the aggregator, sets *a to NULL; safe on NULL. */
 void fm_aggregator_destroy(fm_aggregator_t **a);
 /* Forgets everything added. */
 void fm_aggregator_reset(fm_aggregator_t *a);
@@ -30,6 +31,7 @@ fm_status fm_aggregator_check(const fm_aggregator_t *a, const float *x, uint64_t
 fm_status fm_aggregator_add(fm_aggregator_t *a, const float *x, uint64_t weight);
 /* out (n) = sum(weight x) / sum(weight). FM_ERR_STATE when nothing was added. */
 fm_status fm_aggregator_mean(const fm_aggregator_t *a, float *out);
+/* Its vector length, the total weight and the number of updates added so far. */
 size_t fm_aggregator_size(const fm_aggregator_t *a);
 uint64_t fm_aggregator_total_weight(const fm_aggregator_t *a);
 int fm_aggregator_count(const fm_aggregator_t *a);

@@ -19,6 +19,24 @@ fm_status fm_arg_bool(const char *flag, const char *s, bool *out);
 /* One of n names: *out is its index. The reason names them all: "FLAG: 'x' is
  * not a or b", "FLAG: 'x' is not one of a, b, c". */
 fm_status fm_arg_choice(const char *flag, const char *s, const char *const *names, int n, int *out);
+/* Defines the two functions of an enum whose values are 0..n-1 in the order of
+ * the names given: `const char *NAME_FN(TYPE v)`, v's name ("?" out of range,
+ * static storage), and `fm_status PARSE_FN(const char *flag, const char *s,
+ * TYPE *out)`, its inverse through fm_arg_choice (FM_ERR_ARG with a reason that
+ * lists the names). Used once per enum, at file scope. */
+#define FM_ARG_ENUM_NAMES(TYPE, NAME_FN, PARSE_FN, ...)                                      \
+    static const char *const NAME_FN##_names[] = {__VA_ARGS__};                             \
+    enum { NAME_FN##_count = (int)(sizeof NAME_FN##_names / sizeof NAME_FN##_names[0]) };   \
+    const char *NAME_FN(TYPE v) { return (unsigned)v < NAME_FN##_count ? NAME_FN##_names[v] : "?"; } \
+    fm_status PARSE_FN(const char *flag, const char *s, TYPE *out)                          \
+    {                                                                                       \
+        int i;                                                                              \
+        fm_status st = fm_arg_choice(flag, s, NAME_FN##_names, NAME_FN##_count, &i);        \
+        if (st == FM_OK)                                                                    \
+            *out = (TYPE)i;                                                                 \
+        return st;                                                                          \
+    }
+
 /* "I/N" with 0 <= I < N <= max_n. */
 fm_status fm_arg_fraction(const char *flag, const char *s, int max_n, int *i, int *n);
 

@@ -31,6 +31,7 @@ typedef struct {
 
 /* Loads, partitions and splits; on error records a reason. Free with fm_client_data_free. */
 fm_status fm_client_data_load(fm_client_data_t *cd, const fm_data_spec_t *spec);
+/* Frees the three splits cd owns (each zeroed). */
 void fm_client_data_free(fm_client_data_t *cd);
 
 #endif

@@ -40,6 +40,7 @@ void fm_dataset_standardize(fm_dataset_t *ds);
 fm_status fm_dataset_subset(fm_dataset_t *out, const fm_dataset_t *src, const uint32_t *idx, size_t n);
 /* Copies a batch of examples idx[0..B) into x (B, dim) and y (B). */
 void fm_dataset_gather(const fm_dataset_t *ds, const uint32_t *idx, int B, float *x, uint8_t *y);
+/* Frees x and y and zeroes ds (ds itself is the caller's). */
 void fm_dataset_free(fm_dataset_t *ds);
 
 #endif

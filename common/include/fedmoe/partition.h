@@ -26,6 +26,7 @@ typedef struct {
     size_t min_samples;     /* Dirichlet: every client gets at least this many (40) */
 } fm_partition_config_t;
 
+/* Dirichlet(0.3), 2 classes per client for pathological, 40 examples at least. */
 void fm_partition_config_default(fm_partition_config_t *c);
 /* "dirichlet", "pathological" or "iid" (the wire and round-log names); a static string. */
 const char *fm_partition_kind_name(fm_partition_kind k);
@@ -41,6 +42,7 @@ typedef struct {
 
 fm_status fm_partition_make(fm_partition_t *p, const uint8_t *labels, size_t n, int classes, int clients,
                             uint64_t seed, const fm_partition_config_t *cfg);
+/* Frees what p owns and zeroes it (p itself is the caller's). */
 void fm_partition_free(fm_partition_t *p);
 
 typedef struct {
@@ -58,6 +60,7 @@ fm_status fm_split_make(fm_split_t *s, const uint32_t *idx, size_t n, const uint
  * s's test examples are dropped. */
 fm_status fm_split_holdout(fm_split_t *s, const uint8_t *labels, int classes, uint64_t seed, int client,
                            double test_frac, double val_frac);
+/* Frees what s owns and zeroes it. */
 void fm_split_free(fm_split_t *s);
 
 #endif

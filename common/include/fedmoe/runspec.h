@@ -77,6 +77,8 @@ size_t fm_run_spec_json(const fm_run_spec_t *s, char *buf, size_t cap);
 /* Size of the federated vector of m under s, and packing it to / from a flat array
  * (parameters in registry order). */
 size_t fm_federated_size(fm_model_t *m, fm_strategy s);
+/* Copies the federated parameters of m (those strategy s shares) into out, which
+ * holds fm_federated_size floats; unpack writes them back. Nothing is kept. */
 void fm_federated_pack(fm_model_t *m, fm_strategy s, float *out);
 void fm_federated_unpack(fm_model_t *m, fm_strategy s, const float *in);
 

@@ -18,6 +18,7 @@ typedef struct fm_store fm_store_t;
 
 /* Opens (creating the schema when writable). Caller closes. */
 fm_status fm_store_open(fm_store_t **out, const char *path, bool readonly);
+/* Closes the database and frees the store; sets *s to NULL; safe on NULL. */
 void fm_store_close(fm_store_t **s);
 
 typedef struct {
@@ -30,6 +31,7 @@ typedef struct {
     int rounds_done;        /* committed rounds */
     char *config;           /* JSON, malloc'd (free with fm_store_run_clear) */
 } fm_run_row_t;
+/* Frees what the row owns (config) and zeroes it; the row itself is the caller's. */
 void fm_store_run_clear(fm_run_row_t *r);
 
 typedef struct {
@@ -61,10 +63,13 @@ typedef struct {
     int64_t train_samples, val_samples, test_samples;
 } fm_client_row_t;
 
-/* Writer side */
+/* Writer side. Strings are copied; nothing passed in is kept. */
+/* A new run row, status "running". */
 fm_status fm_store_create_run(fm_store_t *s, const char *run_id, const char *config_json, uint64_t seed,
                               const char *strategy, int rounds_planned);
+/* Sets a run's status (running, finished, stopped) and its finish time. */
 fm_status fm_store_set_run_status(fm_store_t *s, const char *run_id, const char *status);
+/* Inserts the client row or updates the one with its id (last_seen, counts). */
 fm_status fm_store_upsert_client(fm_store_t *s, const char *run_id, const fm_client_row_t *c);
 /* One transaction: the round row, its client rows, and the checkpoint (replacing
  * the run's older checkpoints). Fails without writing anything if the round is
@@ -75,15 +80,20 @@ fm_status fm_store_commit_round(fm_store_t *s, const char *run_id, const fm_roun
 /* Reader side */
 /* The most recent run; *found false when there is none. */
 fm_status fm_store_latest_run(fm_store_t *s, fm_run_row_t *out, bool *found);
+/* The run with this id; *found false when there is none. out owns its config:
+ * fm_store_run_clear it (likewise for fm_store_latest_run). */
 fm_status fm_store_get_run(fm_store_t *s, const char *run_id, fm_run_row_t *out, bool *found);
 /* All runs, oldest first; *rows malloc'd (clear each, then free). */
 fm_status fm_store_list_runs(fm_store_t *s, fm_run_row_t **rows, int *n);
+/* A run's rounds in order; *rows malloc'd, the caller frees it (NULL when *n is 0),
+ * as for the two lists below. */
 fm_status fm_store_list_rounds(fm_store_t *s, const char *run_id, fm_round_row_t **rows, int *n);
 /* Client rows of one round, or of every round with round < 0. */
 fm_status fm_store_list_client_rounds(fm_store_t *s, const char *run_id, int round, fm_client_round_row_t **rows,
                                       int *n);
+/* The clients that said Hello in a run. */
 fm_status fm_store_list_clients(fm_store_t *s, const char *run_id, fm_client_row_t **rows, int *n);
-/* The newest checkpoint of a run: its round and blob (malloc'd). */
+/* The newest checkpoint of a run: its round and blob (malloc'd; the caller frees it). */
 fm_status fm_store_latest_checkpoint(fm_store_t *s, const char *run_id, int *round, uint8_t **blob, size_t *len,
                                      bool *found);
 

@@ -72,6 +72,7 @@ typedef struct {
  * wire code for the Error reply in *code. */
 fm_status fm_exchange_read_task(const fm_run_spec_t *s, const fm_exchange_dims_t *d, const Fedmoe__Task *t,
                                 fm_task_in_t *out, fm_wire_code *code);
+/* Frees what a read Task owns (model, prompt, non-local prompts) and zeroes it. */
 void fm_exchange_task_free(fm_task_in_t *t);
 
 /* ---- Update: client -> coordinator ---- */

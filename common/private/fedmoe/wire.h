@@ -40,6 +40,7 @@ fm_wire_code fm_wire_last_code(void);
 /* Fills t with rows x cols floats: name, shape, little-endian bytes, SHA-256. The
  * data and digest are malloc'd and owned by t: release with fm_wire_tensor_clear. */
 fm_status fm_wire_tensor_set(Fedmoe__Tensor *t, const char *name, const float *x, uint32_t rows, uint32_t cols);
+/* Frees what fm_wire_tensor_set allocated in t (name, shape, data, digest) and resets it. */
 void fm_wire_tensor_clear(Fedmoe__Tensor *t);
 /* Checks that t is named `name`, holds rows x cols finite floats and that the
  * digest matches; then copies them into out (rows*cols floats). */

@@ -1,0 +1,200 @@
+/* A real fedmoe-client process against a fake coordinator (a ROUTER socket in
+ * this test, speaking the wire protocol by hand): a Task it must refuse is
+ * refused with BAD_VALUE and nothing is trained, a good one is trained and
+ * answered; a client stopped in the middle of training stops at once, keeps
+ * heartbeating while it trains and leaves no partial update. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "fedmoe/clock.h"
+#include "fedmoe/runspec_wire.h"
+#include "fedmoe/wire.h"
+
+#include "procs.h"
+
+static char dir[256];
+
+/* What a fake coordinator's ROUTER receives next of the given kind (heartbeats
+ * and other kinds skipped), within 60 s; the sender's identity into id. */
+static Fedmoe__Envelope *router_expect(void *sock, char id[64], int kind)
+{
+    double end = fm_clock_seconds() + 60.0;
+    static uint8_t buf[1 << 16];
+    while (fm_clock_seconds() < end) {
+        zmq_pollitem_t it = {sock, 0, ZMQ_POLLIN, 0};
+        if (zmq_poll(&it, 1, 500) <= 0)
+            continue;
+        int idn = zmq_recv(sock, id, 63, 0);
+        assert_true(idn > 0);
+        id[idn] = 0;
+        int n = zmq_recv(sock, buf, sizeof buf, 0);
+        assert_true(n > 0 && n <= (int)sizeof buf);
+        Fedmoe__Envelope *e;
+        assert_int_equal(fm_wire_decode(buf, (size_t)n, sizeof buf, &e), FM_OK);
+        if ((int)e->body_case == kind)
+            return e;
+        fedmoe__envelope__free_unpacked(e, NULL);
+    }
+    fail_msg("nothing of kind %d within 60 s", kind);
+    return NULL;
+}
+
+/* A real client, id c1, welcomed by a fake coordinator on sock into a run of spec
+ * (partition 3); returns once the client has its data (its second Hello). */
+static pid_t fake_coordinated_client(void *sock, const char *name, const fm_run_spec_t *spec)
+{
+    char ep[256], wd[512], log[600], id[64];
+    size_t eplen = sizeof ep;
+    zmq_getsockopt(sock, ZMQ_LAST_ENDPOINT, ep, &eplen);
+    snprintf(wd, sizeof wd, "%s/%s", dir, name);
+    snprintf(log, sizeof log, "%s.log", wd);
+    char *argv[] = {BIN("client/fedmoe-client"), "--connect", ep, "--id", "c1", "--state-dir", wd, NULL};
+    pid_t pid = procs_spawn(argv, log);
+    Fedmoe__Envelope *e = router_expect(sock, id, FEDMOE__ENVELOPE__BODY_HELLO);
+    assert_string_equal(id, "c1");
+    fedmoe__envelope__free_unpacked(e, NULL);
+    Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
+    fm_welcome_pb_t w;
+    fm_run_spec_welcome(spec, "run-fake", 3, 1, &w);
+    env.body_case = FEDMOE__ENVELOPE__BODY_WELCOME;
+    env.welcome = &w.welcome;
+    assert_int_equal(fm_wire_send(sock, "c1", &env), FM_OK);
+    e = router_expect(sock, id, FEDMOE__ENVELOPE__BODY_HELLO); /* again, with its sample counts */
+    assert_true(e->hello->train_samples > 0);
+    fedmoe__envelope__free_unpacked(e, NULL);
+    return pid;
+}
+
+static void *router_on_loopback(void *ctx)
+{
+    void *sock = zmq_socket(ctx, ZMQ_ROUTER);
+    assert_int_equal(zmq_bind(sock, "tcp://127.0.0.1:*"), 0);
+    return sock;
+}
+
+static void router_close(void *sock)
+{
+    int linger = 0;
+    zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_close(sock);
+}
+
+/* A task whose lr_scale is out of range gets BAD_VALUE and trains nothing; a
+ * good one is trained and answered. */
+static void test_client_checks_tasks(void **state)
+{
+    (void)state;
+    void *ctx = zmq_ctx_new(), *sock = router_on_loopback(ctx);
+    char id[64];
+    fm_run_spec_t spec;
+    fm_run_spec_default(&spec);
+    spec.strategy = FM_STRATEGY_LOCAL;
+    assert_int_equal(fm_run_spec_finish(&spec), FM_OK);
+    pid_t pid = fake_coordinated_client(sock, "fakecoord", &spec);
+    Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT, *e;
+    const float bad[] = {-1.0f, NAN, INFINITY, 11.0f};
+    Fedmoe__Task task = FEDMOE__TASK__INIT;
+    task.round = 1;
+    env.body_case = FEDMOE__ENVELOPE__BODY_TASK;
+    env.task = &task;
+    for (int i = 0; i < 4; i++) {
+        task.lr_scale = bad[i];
+        assert_int_equal(fm_wire_send(sock, "c1", &env), FM_OK);
+        e = router_expect(sock, id, FEDMOE__ENVELOPE__BODY_ERROR);
+        assert_int_equal(e->error->code, FM_WIRE_BAD_VALUE);
+        assert_non_null(strstr(e->error->text, "lr_scale"));
+        fedmoe__envelope__free_unpacked(e, NULL);
+    }
+    task.lr_scale = 0.5f;
+    assert_int_equal(fm_wire_send(sock, "c1", &env), FM_OK);
+    e = router_expect(sock, id, FEDMOE__ENVELOPE__BODY_UPDATE);
+    assert_int_equal(e->update->round, 1);
+    assert_true(e->update->metrics->val_samples > 0);
+    assert_true(e->update->metrics->val_correct <= e->update->metrics->val_samples);
+    fedmoe__envelope__free_unpacked(e, NULL);
+    Fedmoe__Shutdown sd = FEDMOE__SHUTDOWN__INIT;
+    env.body_case = FEDMOE__ENVELOPE__BODY_SHUTDOWN;
+    env.shutdown = &sd;
+    assert_int_equal(fm_wire_send(sock, "c1", &env), FM_OK);
+    assert_int_equal(procs_wait(pid, 30), 0);
+    router_close(sock);
+    zmq_ctx_term(ctx);
+}
+
+/* SIGTERM while a long local step runs: the client leaves within seconds, with
+ * status 0, sends no update, and writes no state for the unfinished round. */
+static void test_client_stops_mid_training(void **state)
+{
+    (void)state;
+    void *ctx = zmq_ctx_new(), *sock = router_on_loopback(ctx);
+    char id[64], path[600];
+    fm_run_spec_t spec;
+    fm_run_spec_default(&spec);
+    spec.strategy = FM_STRATEGY_LOCAL;
+    spec.local_epochs = 1000; /* minutes of training */
+    assert_int_equal(fm_run_spec_finish(&spec), FM_OK);
+    snprintf(path, sizeof path, "%s/stopme", dir);
+    assert_int_equal(mkdir(path, 0755), 0); /* so that a state file could be written */
+    pid_t pid = fake_coordinated_client(sock, "stopme", &spec);
+    Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT, *e;
+    Fedmoe__Task task = FEDMOE__TASK__INIT;
+    task.round = 1;
+    env.body_case = FEDMOE__ENVELOPE__BODY_TASK;
+    env.task = &task;
+    assert_int_equal(fm_wire_send(sock, "c1", &env), FM_OK);
+    for (int beats = 0; beats < 2; beats++) { /* heartbeats come from inside the local step */
+        e = router_expect(sock, id, FEDMOE__ENVELOPE__BODY_HEARTBEAT);
+        fedmoe__envelope__free_unpacked(e, NULL);
+    }
+    double t0 = fm_clock_seconds();
+    kill(pid, SIGTERM);
+    assert_int_equal(procs_wait(pid, 10), 0);
+    assert_true(fm_clock_seconds() - t0 < 5.0);
+    int timeout = 200;
+    zmq_setsockopt(sock, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
+    for (;;) { /* whatever it sent before leaving: no update among it */
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        int got = zmq_msg_recv(&m, sock, 0);
+        if (got >= 0 && !zmq_msg_more(&m)) {
+            Fedmoe__Envelope *left = NULL;
+            if (fm_wire_decode(zmq_msg_data(&m), zmq_msg_size(&m), 1u << 30, &left) == FM_OK) {
+                assert_int_not_equal(left->body_case, FEDMOE__ENVELOPE__BODY_UPDATE);
+                fedmoe__envelope__free_unpacked(left, NULL);
+            }
+        }
+        zmq_msg_close(&m);
+        if (got < 0)
+            break;
+    }
+    char cmd[700], *out;
+    snprintf(cmd, sizeof cmd, "ls -A %s", path);
+    assert_int_equal(procs_capture(cmd, &out), 0);
+    assert_string_equal(out, ""); /* no state file: no round finished */
+    free(out);
+    router_close(sock);
+    zmq_ctx_term(ctx);
+}
+
+/* A round log written before the validation columns existed: readers still read
+ * it, and the coordinator's store adds the columns (NULL in old rows). */
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_client_checks_tasks),
+        cmocka_unit_test(test_client_stops_mid_training),
+    };
+    return procs_run_tests("client", tests, sizeof tests / sizeof tests[0], dir, sizeof dir);
+}
