@@ -12,6 +12,7 @@
 #include "fedmoe/log.h"
 #include "fedmoe/model.h"
 #include "fedmoe/options.h"
+#include "fedmoe/keys.h"
 #include "fedmoe/runspec.h"
 #include "fedmoe/signals.h"
 #include "fedmoe/rng.h"
@@ -69,6 +70,19 @@ static int federated(const fm_options_t *o)
     snprintf(sc.id, sizeof sc.id, "%s", o->id);
     snprintf(sc.state_dir, sizeof sc.state_dir, "%s", o->state_dir);
     sc.connect_timeout = o->connect_timeout;
+    snprintf(sc.key, sizeof sc.key, "%s", o->key);
+    snprintf(sc.server_key, sizeof sc.server_key, "%s", o->server_key);
+    sc.insecure = o->insecure;
+    if (o->key[0] && !o->insecure) { /* the id is the key's */
+        fm_key_t k;
+        if (fm_key_read(o->key, true, &k) != FM_OK)
+            return fail();
+        if (fm_options_given(o, "id") && strcmp(o->id, k.id) != 0) {
+            fm_error_set("--id %s, but the key %s belongs to %s", o->id, o->key, k.id);
+            return fail();
+        }
+        snprintf(sc.id, sizeof sc.id, "%s", k.id);
+    }
     sc.specialists = o->spec->model.specialists;
     if (o->partition_count) {
         sc.partition_index = o->partition_index;

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "fedmoe/clock.h"
+#include "fedmoe/keys.h"
 #include "fedmoe/log.h"
 #include "fedmoe/options.h"
 #include "fedmoe/runspec.h"
@@ -82,6 +83,7 @@ typedef struct {
     pid_t spid, *cpids;
     fm_store_t *store;
     char before[64], run_id[64]; /* the latest run before the job, the job's run */
+    char keys[PATH_MAX + 16]; /* WORKDIR/keys, "" when insecure */
     int shown, server_status;
     bool client_failed;
     double t0;
@@ -127,6 +129,46 @@ static int setup(sim_t *s)
     return 0;
 }
 
+/* dir/ID.key as it is, or a new pair written there. */
+static fm_status ensure_key(const char *dir, const char *id)
+{
+    char path[PATH_MAX + 96];
+    snprintf(path, sizeof path, "%s/%s.key", dir, id);
+    fm_key_t k;
+    if (access(path, F_OK) == 0)
+        return fm_key_read(path, true, &k);
+    fm_status st = fm_key_generate(&k, id);
+    return st == FM_OK ? fm_key_write(&k, dir) : st;
+}
+
+/* The run's keys (unless --insecure): WORKDIR/keys/coordinator.key and .pub,
+ * and one pair per client in WORKDIR/keys/clients, which is the coordinator's
+ * allow-list (it reads only the .pub files). Kept when they exist, so a work
+ * folder reused keeps its keys. Returns 0, or the exit status. */
+static int make_keys(sim_t *s)
+{
+    if (s->o.insecure)
+        return 0;
+    snprintf(s->keys, sizeof s->keys, "%s/keys", s->wd);
+    char clients[PATH_MAX + 32];
+    snprintf(clients, sizeof clients, "%s/clients", s->keys);
+    if ((mkdir(s->keys, 0700) != 0 && errno != EEXIST) || (mkdir(clients, 0700) != 0 && errno != EEXIST)) {
+        fprintf(stderr, "fedmoe-sim: cannot create %s: %s\n", clients, strerror(errno));
+        return 1;
+    }
+    fm_status st = ensure_key(s->keys, "coordinator");
+    for (int i = 0; i < s->o.clients && st == FM_OK; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "client-%03d", i);
+        st = ensure_key(clients, id);
+    }
+    if (st != FM_OK) {
+        fprintf(stderr, "fedmoe-sim: %s\n", fm_error_last());
+        return 1;
+    }
+    return 0;
+}
+
 /* Starts the coordinator, with the options it accepts that were given here,
  * and the clients. Returns 0, or the exit status. */
 static int start(sim_t *s)
@@ -134,9 +176,13 @@ static int start(sim_t *s)
     char nclients[16], nrounds[16], log[PATH_MAX + 32];
     snprintf(nclients, sizeof nclients, "%d", s->o.clients);
     snprintf(nrounds, sizeof nrounds, "%d", s->o.rounds);
+    char skey[PATH_MAX + 32], allow[PATH_MAX + 32], spub[PATH_MAX + 32];
+    snprintf(skey, sizeof skey, "%s/coordinator.key", s->keys);
+    snprintf(spub, sizeof spub, "%s/coordinator.pub", s->keys);
+    snprintf(allow, sizeof allow, "%s/clients", s->keys);
     char *sargv[128] = {s->server, "--bind", s->endpoint, "--db", s->o.db, "--rounds", nrounds, "--min-clients",
-                        nclients, "--partitions", nclients, "--new-run"};
-    int sn = 12, k = fm_options_forward(&s->o, FM_PROG_SERVER, sargv + sn, 128 - sn - 1);
+                        nclients, "--partitions", nclients, "--new-run", "--key", skey, "--allow", allow};
+    int sn = s->o.insecure ? 12 : 16, k = fm_options_forward(&s->o, FM_PROG_SERVER, sargv + sn, 128 - sn - 1);
     if (k < 0) {
         fprintf(stderr, "fedmoe-sim: too many options to pass on\n");
         return 2;
@@ -150,11 +196,13 @@ static int start(sim_t *s)
     }
     s->cpids = calloc(s->o.clients, sizeof(pid_t));
     for (int i = 0; i < s->o.clients && s->cpids; i++) {
-        char id[32], ilog[PATH_MAX + 64], spec[16];
+        char id[32], ilog[PATH_MAX + 64], spec[16], ckey[2 * PATH_MAX];
         snprintf(id, sizeof id, "client-%03d", i);
         snprintf(ilog, sizeof ilog, "%s/%s.log", s->wd, id);
         snprintf(spec, sizeof spec, "%d", s->spec.model.specialists);
+        snprintf(ckey, sizeof ckey, "%s/%s.key", allow, id);
         char *cargv[] = {s->client, "--connect", s->endpoint, "--id", id, "--state-dir", s->wd, "--specialists", spec,
+                         s->o.insecure ? "--insecure" : "--key", s->o.insecure ? NULL : ckey, "--server-key", spub,
                          NULL};
         s->cpids[i] = fm_spawn_logged(cargv, ilog, false);
     }
@@ -379,7 +427,7 @@ int main(int argc, char **argv)
         return rc;
     rc = setup(&s);
     fm_signals_install();
-    if (rc != 0 || (rc = start(&s)) != 0)
+    if (rc != 0 || (rc = make_keys(&s)) != 0 || (rc = start(&s)) != 0)
         return rc;
     s.server_status = -1;
     watch(&s);

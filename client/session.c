@@ -19,6 +19,7 @@
 #include "fedmoe/runspec_wire.h"
 #include "fedmoe/train.h"
 #include "fedmoe/wire.h"
+#include "link.h"
 
 #define HELLO_RETRY_S 3.0
 #define HEARTBEAT_S 1.0
@@ -34,7 +35,8 @@ typedef struct {
 typedef struct {
     const fm_session_config_t *cfg;
     volatile sig_atomic_t *stop; /* set by a signal: leave, even mid-training */
-    void *ctx, *sock;
+    fm_link_t link;       /* the connection to the coordinator */
+    void *sock;           /* link.sock */
     char run_id[64];
     fm_run_spec_t spec;
     int partition;
@@ -472,37 +474,28 @@ fm_status fm_session_run(const fm_session_config_t *cfg, volatile sig_atomic_t *
     s.stop = stop;
     s.pre.round = -1;
     s.partition = cfg->partition_index;
-    fm_status st = FM_OK;
-    s.ctx = zmq_ctx_new();
-    s.sock = s.ctx ? zmq_socket(s.ctx, ZMQ_DEALER) : NULL;
-    if (!s.sock) {
-        fm_error_set("cannot create a ZeroMQ socket: %s", zmq_strerror(zmq_errno()));
-        st = FM_ERR_IO;
+    fm_status st = fm_link_open(&s.link, cfg);
+    if (st != FM_OK)
         goto out;
-    }
-    zmq_setsockopt(s.sock, ZMQ_ROUTING_ID, cfg->id, strlen(cfg->id));
-    int linger = 2000;
-    zmq_setsockopt(s.sock, ZMQ_LINGER, &linger, sizeof linger);
-    fm_wire_tune_socket(s.sock);
-    if (zmq_connect(s.sock, cfg->connect) != 0) {
-        fm_error_set("cannot connect to %s: %s", cfg->connect, zmq_strerror(zmq_errno()));
-        st = FM_ERR_ARG;
-        goto out;
-    }
-    fm_info("client %s connecting to %s", cfg->id, cfg->connect);
+    s.sock = s.link.sock;
+    fm_info("client %s connecting to %s (%s)", cfg->id, cfg->connect, cfg->insecure ? "INSECURE" : "CURVE");
     send_hello(&s);
     double last_hello = fm_clock_seconds(), started = fm_clock_seconds();
     while (!*stop) {
-        zmq_pollitem_t item = {s.sock, 0, ZMQ_POLLIN, 0};
-        if (zmq_poll(&item, 1, 500) < 0 && zmq_errno() != EINTR) {
+        zmq_pollitem_t items[2] = {{s.sock, 0, ZMQ_POLLIN, 0}, {s.link.mon, 0, ZMQ_POLLIN, 0}};
+        if (zmq_poll(items, s.link.mon ? 2 : 1, 500) < 0 && zmq_errno() != EINTR) {
             fm_error_set("poll: %s", zmq_strerror(zmq_errno()));
             st = FM_ERR_IO;
             break;
         }
+        zmq_pollitem_t item = items[0];
+        if ((st = fm_link_check(&s.link)) != FM_OK)
+            break;
         double now = fm_clock_seconds();
         if (!s.run_id[0]) {
             if (cfg->connect_timeout > 0 && now - started > cfg->connect_timeout) {
-                fm_error_set("no welcome from %s within %.0f s", cfg->connect, cfg->connect_timeout);
+                fm_error_set("no welcome from %s within %.0f s%s", cfg->connect, cfg->connect_timeout,
+                             s.link.unproven ? ": the coordinator did not prove the key in --server-key" : "");
                 st = FM_ERR_IO;
                 break;
             }
@@ -554,9 +547,6 @@ fm_status fm_session_run(const fm_session_config_t *cfg, volatile sig_atomic_t *
     }
 out:
     drop_run(&s);
-    if (s.sock)
-        zmq_close(s.sock);
-    if (s.ctx)
-        zmq_ctx_term(s.ctx);
+    fm_link_close(&s.link);
     return st;
 }

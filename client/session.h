@@ -8,6 +8,7 @@
 #define FEDMOE_SESSION_H
 
 #include <signal.h>
+#include <stdbool.h>
 
 #include "fedmoe/status.h"
 
@@ -20,6 +21,9 @@ typedef struct {
     char dataset[256];     /* overrides the run's dataset spec when not empty */
     char state_dir[1024];  /* where the state file lives; empty: no state file */
     double connect_timeout;/* seconds to wait for a Welcome before giving up (0: forever) */
+    char key[1024];        /* own CURVE key pair file; its id must be id */
+    char server_key[1024]; /* the coordinator's public key file */
+    bool insecure;         /* no CURVE (plain text; warned) */
 } fm_session_config_t;
 
 void fm_session_config_default(fm_session_config_t *c);

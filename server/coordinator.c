@@ -22,6 +22,9 @@ void fm_server_config_from_options(const fm_options_t *o, fm_server_config_t *c)
     c->client_timeout = o->client_timeout;
     c->new_run = o->new_run;
     c->max_message = o->max_message;
+    snprintf(c->key, sizeof c->key, "%s", o->key);
+    snprintf(c->allow, sizeof c->allow, "%s", o->allow);
+    c->insecure = o->insecure;
     if (o->spec != &c->spec)
         c->spec = *o->spec;
 }

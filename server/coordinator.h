@@ -31,6 +31,9 @@ typedef struct {
     double client_timeout; /* seconds without a message before a client is taken as gone (15) */
     bool new_run;          /* start a new run even if the latest one is unfinished */
     size_t max_message;    /* bytes; 0 = derived from the model size */
+    char key[1024];        /* the coordinator's key pair file (fedmoe-keygen) */
+    char allow[1024];      /* folder of the client public keys allowed to join */
+    bool insecure;         /* no CURVE: plain text, anyone may connect (warned at start) */
     fm_run_spec_t spec;
 } fm_server_config_t;
 
@@ -73,10 +76,13 @@ int fm_coordinator_round(const fm_coordinator_t *c); /* the round open, or the n
 bool fm_coordinator_round_open(const fm_coordinator_t *c);
 size_t fm_coordinator_max_message(const fm_coordinator_t *c);
 
-/* The daemon: binds cfg->bind and drives a coordinator until its rounds are done
- * (FM_OK), *stop becomes non-zero (FM_OK, the run left resumable), or a fatal
- * error (database, socket) with a reason. */
-fm_status fm_coordinator_run(const fm_server_config_t *cfg, volatile sig_atomic_t *stop);
+/* The daemon: binds cfg->bind (CURVE with cfg->key, peers checked against the
+ * allow-list cfg->allow, unless cfg->insecure) and drives a coordinator until
+ * its rounds are done (FM_OK), *stop becomes non-zero (FM_OK, the run left
+ * resumable), or a fatal error (database, socket, keys) with a reason. When
+ * *reload becomes non-zero the allow-list is reread and *reload cleared. */
+fm_status fm_coordinator_run(const fm_server_config_t *cfg, volatile sig_atomic_t *stop,
+                             volatile sig_atomic_t *reload);
 
 /* A coordinator checkpoint (fedmoe/checkpoint.h format, magic FMCK): the round,
  * the global vector, the global prompt and the prompt pool. */

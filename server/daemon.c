@@ -1,4 +1,5 @@
-/* The coordinator daemon: one ROUTER socket, one zmq_poll loop that feeds the
+/* The coordinator daemon: one ROUTER socket (CURVE unless insecure), the ZAP
+ * handler that admits peers by key, and one zmq_poll loop that feeds the
  * coordinator object messages and clock ticks. */
 #include <errno.h>
 #include <stdio.h>
@@ -6,7 +7,9 @@
 #include <zmq.h>
 
 #include "coordinator.h"
+#include "zap.h"
 #include "fedmoe/clock.h"
+#include "fedmoe/keys.h"
 #include "fedmoe/log.h"
 #include "fedmoe/wire.h"
 
@@ -20,8 +23,27 @@ static fm_status send_zmq(void *user, const char *id, const uint8_t *data, size_
     return sock ? fm_wire_send_bytes(sock, id, data, len) : FM_ERR_STATE;
 }
 
+/* With CURVE: whether a message of connection id is from the owner of id's
+ * key. The ZAP handler named the connection by its key (User-Id); a peer that
+ * set another routing id, or whose key has since been removed, is not. */
+static bool authentic(const fm_zap_t *zap, zmq_msg_t *msg, const char *id)
+{
+    if (!zap)
+        return true;
+    const char *user = zmq_msg_gets(msg, "User-Id");
+    if (!user || strcmp(user, id) != 0) {
+        fm_warn("dropped a message from a peer with the key of '%s' that calls itself '%s'", user ? user : "?", id);
+        return false;
+    }
+    if (!fm_zap_allows(zap, id)) {
+        fm_warn("dropped a message from %s: its key was removed from the allow-list", id);
+        return false;
+    }
+    return true;
+}
+
 /* Reads every waiting message (identity frame + one payload frame). */
-static void drain(fm_coordinator_t *c, void *sock)
+static void drain(fm_coordinator_t *c, void *sock, const fm_zap_t *zap)
 {
     for (;;) {
         zmq_msg_t idm, msg;
@@ -48,6 +70,8 @@ static void drain(fm_coordinator_t *c, void *sock)
             fm_warn("dropped a message from a peer without a valid client id (set ZMQ_ROUTING_ID to [A-Za-z0-9._-]{1,63})");
         else if (!have)
             fm_warn("client %s: empty message", id);
+        else if (!authentic(zap, &msg, id))
+            ; /* not answered: the peer is not who it says */
         else if (extra)
             fm_wire_send_error(sock, id, FM_WIRE_MALFORMED, "a message is one frame");
         else
@@ -57,7 +81,11 @@ static void drain(fm_coordinator_t *c, void *sock)
     }
 }
 
-static void *open_socket(void *ctx, const fm_server_config_t *cfg, size_t max_message)
+/* The ROUTER socket, bound. No ZMQ_ROUTER_HANDOVER: a second connection with a
+ * routing id in use is refused by libzmq (with CURVE only the key's owner can
+ * have that id), and handover with ZMTP heartbeats can abort libzmq 4.3.4
+ * (stream_engine_base.cpp:331) when a taken-over connection is reset. */
+static void *open_socket(void *ctx, const fm_server_config_t *cfg, const fm_key_t *own, size_t max_message)
 {
     void *sock = zmq_socket(ctx, ZMQ_ROUTER);
     if (!sock) {
@@ -65,11 +93,14 @@ static void *open_socket(void *ctx, const fm_server_config_t *cfg, size_t max_me
         return NULL;
     }
     int64_t maxsz = (int64_t)max_message;
-    int one = 1, linger = 2000;
+    int linger = 2000;
     zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &maxsz, sizeof maxsz);
-    zmq_setsockopt(sock, ZMQ_ROUTER_HANDOVER, &one, sizeof one);
     zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
     fm_wire_tune_socket(sock);
+    if (!cfg->insecure && fm_key_apply_server(sock, own) != FM_OK) {
+        zmq_close(sock);
+        return NULL;
+    }
     if (zmq_bind(sock, cfg->bind) != 0) {
         fm_error_set("cannot bind %s: %s", cfg->bind, zmq_strerror(zmq_errno()));
         zmq_close(sock);
@@ -78,31 +109,64 @@ static void *open_socket(void *ctx, const fm_server_config_t *cfg, size_t max_me
     return sock;
 }
 
-fm_status fm_coordinator_run(const fm_server_config_t *cfg, volatile sig_atomic_t *stop)
+/* The coordinator's key pair and its ZAP handler with the allow-list, read and
+ * checked before anything else is opened; nothing when insecure. */
+static fm_status start_security(const fm_server_config_t *cfg, void *ctx, fm_key_t *own, fm_zap_t **zap)
+{
+    *zap = NULL;
+    memset(own, 0, sizeof *own);
+    if (cfg->insecure)
+        return FM_OK;
+    if (!cfg->key[0] || !cfg->allow[0]) {
+        fm_error_set("no keys: give --key FILE (the coordinator's key pair) and --allow DIR (client public "
+                     "keys), made with fedmoe-keygen, or --insecure on a trusted network");
+        return FM_ERR_ARG;
+    }
+    fm_status st = fm_key_read(cfg->key, true, own);
+    if (st == FM_OK)
+        st = fm_zap_open(zap, ctx, cfg->allow);
+    return st == FM_ERR_FORMAT || st == FM_ERR_IO ? FM_ERR_ARG : st;
+}
+
+fm_status fm_coordinator_run(const fm_server_config_t *cfg, volatile sig_atomic_t *stop,
+                             volatile sig_atomic_t *reload)
 {
     void *ctx = zmq_ctx_new(), *sock = NULL;
     fm_coordinator_t *c = NULL;
-    fm_status st = fm_coordinator_new(&c, cfg, send_zmq, &sock);
-    if (st != FM_OK)
+    fm_zap_t *zap = NULL;
+    fm_key_t own;
+    fm_status st = ctx ? start_security(cfg, ctx, &own, &zap) : FM_ERR_IO;
+    if (st != FM_OK || (st = fm_coordinator_new(&c, cfg, send_zmq, &sock)) != FM_OK)
         goto out;
-    if (!ctx || !(sock = open_socket(ctx, cfg, fm_coordinator_max_message(c)))) {
+    if (cfg->insecure)
+        fm_warn("INSECURE: --insecure given: no encryption and no authentication; anyone who reaches %s can "
+                "join, read and change the model",
+                cfg->bind);
+    if (!(sock = open_socket(ctx, cfg, &own, fm_coordinator_max_message(c)))) {
         st = FM_ERR_IO;
         goto out;
     }
-    fm_info("listening on %s (database %s, messages up to %zu bytes)", cfg->bind, cfg->db,
-            fm_coordinator_max_message(c));
+    fm_info("listening on %s (%s, database %s, messages up to %zu bytes)", cfg->bind,
+            zap ? "CURVE, keys checked" : "INSECURE", cfg->db, fm_coordinator_max_message(c));
     while (!*stop && !fm_coordinator_finished(c)) {
         if ((st = fm_coordinator_tick(c, fm_clock_seconds())) != FM_OK || fm_coordinator_finished(c))
             break;
-        zmq_pollitem_t item = {sock, 0, ZMQ_POLLIN, 0};
+        if (*reload) {
+            *reload = 0;
+            if (zap)
+                fm_zap_reload(zap);
+        }
+        zmq_pollitem_t items[2] = {{sock, 0, ZMQ_POLLIN, 0}, {zap ? fm_zap_socket(zap) : NULL, 0, ZMQ_POLLIN, 0}};
         long timeout = (long)(fm_coordinator_wait(c, fm_clock_seconds(), POLL_S) * 1000.0 + 1);
-        if (zmq_poll(&item, 1, timeout) < 0 && zmq_errno() != EINTR) {
+        if (zmq_poll(items, zap ? 2 : 1, timeout) < 0 && zmq_errno() != EINTR) {
             fm_error_set("poll: %s", zmq_strerror(zmq_errno()));
             st = FM_ERR_IO;
             goto out;
         }
-        if (item.revents & ZMQ_POLLIN)
-            drain(c, sock);
+        if (zap && (items[1].revents & ZMQ_POLLIN))
+            fm_zap_handle(zap);
+        if (items[0].revents & ZMQ_POLLIN)
+            drain(c, sock, zap);
     }
     if (st == FM_OK && !fm_coordinator_finished(c))
         st = fm_coordinator_stop(c);
@@ -110,6 +174,7 @@ out:
     fm_coordinator_destroy(&c);
     if (sock)
         zmq_close(sock);
+    fm_zap_close(&zap);
     if (ctx)
         zmq_ctx_term(ctx);
     return st;

@@ -1,7 +1,9 @@
 /* badpeer: a hostile client for fault injection. Connects to a coordinator and
  * sends N messages of each bad kind, counting the Error replies; the coordinator
  * must answer (where a reply is possible) and keep serving the honest clients.
- *   badpeer ENDPOINT N SEED
+ *   badpeer ENDPOINT N SEED [KEY SERVER_PUB]
+ * With KEY (its key pair file) and SERVER_PUB (the coordinator's public key) it
+ * talks CURVE as the key's id: an authenticated client that misbehaves.
  * Prints one line: "badpeer: kind=sent/errors ..." (oversized messages get no
  * reply: ZeroMQ closes the connection before the coordinator sees them). */
 #include <stdio.h>
@@ -9,6 +11,8 @@
 #include <string.h>
 #include <zmq.h>
 
+#include "fedmoe/keys.h"
+#include "fedmoe/log.h"
 #include "fedmoe/rng.h"
 #include "fedmoe/wire.h"
 
@@ -70,8 +74,8 @@ static void update(Fedmoe__Envelope *env, Fedmoe__Update *up, Fedmoe__Tensor *t,
 
 int main(int argc, char **argv)
 {
-    if (argc != 4) {
-        fprintf(stderr, "usage: badpeer ENDPOINT N SEED\n");
+    if (argc != 4 && argc != 6) {
+        fprintf(stderr, "usage: badpeer ENDPOINT N SEED [KEY SERVER_PUB]\n");
         return 2;
     }
     int N = atoi(argv[2]);
@@ -79,8 +83,17 @@ int main(int argc, char **argv)
     fm_rng_init(&r, strtoull(argv[3], NULL, 10), 0xBAD);
     void *ctx = zmq_ctx_new();
     sock = zmq_socket(ctx, ZMQ_DEALER);
-    char id[32];
+    char id[64];
     snprintf(id, sizeof id, "badpeer-%s", argv[3]);
+    if (argc == 6) {
+        fm_key_t own, server;
+        if (fm_key_read(argv[4], true, &own) != FM_OK || fm_key_read(argv[5], false, &server) != FM_OK ||
+            fm_key_apply_client(sock, &own, server.public_z85) != FM_OK) {
+            fprintf(stderr, "badpeer: %s\n", fm_error_last());
+            return 2;
+        }
+        snprintf(id, sizeof id, "%s", own.id);
+    }
     zmq_setsockopt(sock, ZMQ_ROUTING_ID, id, strlen(id));
     int linger = 0;
     zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);

@@ -15,11 +15,18 @@ work=$(mktemp -d /tmp/fedmoe-faults-XXXXXX)
 port=$((30000 + RANDOM % 20000))
 ep="tcp://127.0.0.1:$port"
 db="$work/fi.db"
+# real CURVE keys: the coordinator's pair, one per client and one for the hostile
+# peer (an authenticated client that misbehaves), all in the allow-list
+ids=(); for ((i = 0; i < clients; i++)); do ids+=("c$i"); done
+"$build/server/fedmoe-keygen" --out "$work/keys" coordinator > /dev/null
+"$build/server/fedmoe-keygen" --out "$work/keys/clients" "${ids[@]}" badpeer > /dev/null
 server_args=(--bind "$ep" --db "$db" --rounds "$rounds" --min-clients $((clients - 2)) --partitions "$clients"
-             --client-timeout 5 --round-timeout 40 --seed "$seed")
+             --client-timeout 5 --round-timeout 40 --seed "$seed"
+             --key "$work/keys/coordinator.key" --allow "$work/keys/clients")
 start_server() { "$build/server/fedmoe-server" "${server_args[@]}" >> "$work/server.log" 2>&1 & server=$!; }
 start_client() {
-  "$build/client/fedmoe-client" --connect "$ep" --id "c$1" --partition "$1/$clients" --state-dir "$work" \
+  "$build/client/fedmoe-client" --connect "$ep" --key "$work/keys/clients/c$1.key" \
+      --server-key "$work/keys/coordinator.pub" --partition "$1/$clients" --state-dir "$work" \
       >> "$work/client$1.log" 2>&1 &
   cpid[$1]=$!
 }
@@ -53,10 +60,10 @@ while ((SECONDS < deadline)); do
            kill -0 "${cpid[$i]}" 2>/dev/null || { wait "${cpid[$i]}" 2>/dev/null; start_client $i; }
          done
        else
-         out=$("$build/tests/badpeer" "$ep" 10 $RANDOM)
+         out=$("$build/tests/badpeer" "$ep" 10 $RANDOM "$work/keys/clients/badpeer.key" "$work/keys/coordinator.pub")
          for kv in ${out#badpeer:}; do v=${kv#*=}; bad_sent=$((bad_sent + ${v%/*})); bad_err=$((bad_err + ${v#*/})); done
        fi ;;
-    5) out=$("$build/tests/badpeer" "$ep" 10 $RANDOM)
+    5) out=$("$build/tests/badpeer" "$ep" 10 $RANDOM "$work/keys/clients/badpeer.key" "$work/keys/coordinator.pub")
        for kv in ${out#badpeer:}; do v=${kv#*=}; bad_sent=$((bad_sent + ${v%/*})); bad_err=$((bad_err + ${v#*/})); done ;;
   esac
 done

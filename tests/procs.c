@@ -11,10 +11,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zmq.h>
 
+#include "fedmoe/keys.h"
 #include "fedmoe/spawn.h"
 #include "fedmoe/store.h"
 #include "fedmoe/wire.h"
@@ -150,11 +152,106 @@ bool procs_integrity_ok(const char *db)
     return ok;
 }
 
+static char g_dir[256];
+
+/* DIR/keys/SUB/ID.key, made (with its .pub) if missing. */
+static const char *key_file(const char *sub, const char *id, char *out)
+{
+    char d[400];
+    snprintf(d, sizeof d, "%s/keys", g_dir);
+    mkdir(d, 0700);
+    if (sub[0]) {
+        snprintf(d, sizeof d, "%s/keys/%s", g_dir, sub);
+        mkdir(d, 0700);
+    }
+    snprintf(out, 512, "%s/%s.key", d, id);
+    fm_key_t k;
+    if (access(out, F_OK) != 0) {
+        assert_int_equal(fm_key_generate(&k, id), FM_OK);
+        assert_int_equal(fm_key_write(&k, d), FM_OK);
+    }
+    return out;
+}
+
+const char *procs_client_key(const char *id, char *out) { return key_file("clients", id, out); }
+
+void procs_client_keys(const char *prefix, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char id[64], path[512];
+        snprintf(id, sizeof id, "%s%d", prefix, i);
+        procs_client_key(id, path);
+    }
+}
+
+void procs_server_keys(char *key, char *pub, char *allow)
+{
+    key_file("", "coordinator", key);
+    snprintf(pub, 512, "%s/keys/coordinator.pub", g_dir);
+    snprintf(allow, 512, "%s/keys/clients", g_dir);
+    mkdir(allow, 0700);
+}
+
+void procs_secure_client(void *sock, const char *id)
+{
+    char path[512], skey[512], spub[512], allow[512];
+    fm_key_t own, server;
+    procs_server_keys(skey, spub, allow);
+    assert_int_equal(fm_key_read(procs_client_key(id, path), true, &own), FM_OK);
+    assert_int_equal(fm_key_read(spub, false, &server), FM_OK);
+    assert_int_equal(fm_key_apply_client(sock, &own, server.public_z85), FM_OK);
+}
+
+void procs_secure_server(void *sock)
+{
+    char skey[512], spub[512], allow[512];
+    fm_key_t own;
+    procs_server_keys(skey, spub, allow);
+    assert_int_equal(fm_key_read(skey, true, &own), FM_OK);
+    assert_int_equal(fm_key_apply_server(sock, &own), FM_OK);
+}
+
+/* argv, then extra (both NULL-terminated), spawned. */
+static pid_t spawn_with(char *const argv[], char *const extra[], const char *log)
+{
+    char *all[64];
+    int n = 0;
+    for (int i = 0; argv[i] && n < 48; i++)
+        all[n++] = argv[i];
+    for (int i = 0; extra[i] && n < 63; i++)
+        all[n++] = extra[i];
+    all[n] = NULL;
+    return procs_spawn(all, log);
+}
+
+pid_t procs_spawn_server(char *const argv[], const char *log)
+{
+    char key[512], pub[512], allow[512];
+    procs_server_keys(key, pub, allow);
+    char *extra[] = {"--key", key, "--allow", allow, NULL};
+    return spawn_with(argv, extra, log);
+}
+
+pid_t procs_spawn_client(char *const argv[], const char *log)
+{
+    const char *id = NULL;
+    for (int i = 1; argv[i] && argv[i + 1]; i++)
+        if (!strcmp(argv[i], "--id"))
+            id = argv[i + 1];
+    assert_non_null(id);
+    char key[512], skey[512], pub[512], allow[512];
+    procs_server_keys(skey, pub, allow);
+    procs_client_key(id, key);
+    char *extra[] = {"--key", key, "--server-key", pub, NULL};
+    return spawn_with(argv, extra, log);
+}
+
 int procs_run_tests(const char *name, const struct CMUnitTest *tests, size_t n, char *dir, size_t dircap)
 {
     snprintf(dir, dircap, "/tmp/fedmoe-test-%s-XXXXXX", name);
     if (!mkdtemp(dir))
         return 1;
+    snprintf(g_dir, sizeof g_dir, "%s", dir);
     signal(SIGPIPE, SIG_IGN);
     int rc = _cmocka_run_group_tests(name, tests, n, NULL, NULL);
     kill_leftovers();
@@ -178,6 +275,47 @@ int procs_send_env(void *sock, Fedmoe__Envelope *env)
     int rc = zmq_send(sock, buf, len, 0) == (int)len ? 0 : -1;
     free(buf);
     return rc;
+}
+
+void procs_hello(Fedmoe__Envelope *env, Fedmoe__Hello *h, const char *id, int partition, uint64_t train_samples)
+{
+    fedmoe__envelope__init(env);
+    fedmoe__hello__init(h);
+    h->client_id = (char *)id;
+    h->protocol_version = FM_PROTOCOL_VERSION;
+    h->specialists = 2;
+    h->partition_index = partition;
+    h->train_samples = train_samples;
+    h->val_samples = train_samples / 4;
+    h->test_samples = train_samples / 3;
+    env->body_case = FEDMOE__ENVELOPE__BODY_HELLO;
+    env->hello = h;
+}
+
+void procs_open_latest(const char *db, fm_store_t **st, fm_run_row_t *run)
+{
+    bool found;
+    assert_int_equal(fm_store_open(st, db, true), FM_OK);
+    assert_int_equal(fm_store_latest_run(*st, run, &found), FM_OK);
+    assert_true(found);
+}
+
+void procs_files(const char *tag, char *db, char *log)
+{
+    snprintf(db, 512, "%s/%s.db", g_dir, tag);
+    snprintf(log, 512, "%s/%s-server.log", g_dir, tag);
+}
+
+void procs_finished_run(const char *db, fm_round_row_t **rounds, int *nr, fm_client_round_row_t **rows, int *nc)
+{
+    fm_store_t *st;
+    fm_run_row_t run;
+    procs_open_latest(db, &st, &run);
+    assert_string_equal(run.status, "finished");
+    assert_int_equal(fm_store_list_rounds(st, run.id, rounds, nr), FM_OK);
+    assert_int_equal(fm_store_list_client_rounds(st, run.id, -1, rows, nc), FM_OK);
+    fm_store_run_clear(&run);
+    fm_store_close(&st);
 }
 
 int procs_send_update(void *sock, uint32_t round, const float *vec, uint32_t n, const float *prompt, uint64_t samples)

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "fedmoe/store.h"
 #include "fedmoe/wire.h"
 
 #define BIN(name) FM_BIN_DIR "/" name
@@ -22,7 +23,37 @@ int procs_run_tests(const char *name, const struct CMUnitTest *tests, size_t n, 
  * and plausible metrics. Return 0 when sent. */
 
 int procs_send_env(void *sock, Fedmoe__Envelope *env);
+/* Fills env and h (the caller's) as a Hello from id for partition (-1: assign
+ * one) with train_samples (0: no data yet), a quarter of it validation and a
+ * third test, 2 specialists, this protocol version. */
+void procs_hello(Fedmoe__Envelope *env, Fedmoe__Hello *h, const char *id, int partition, uint64_t train_samples);
 int procs_send_update(void *sock, uint32_t round, const float *vec, uint32_t n, const float *prompt, uint64_t samples);
+
+/* Real CURVE keys for the programs and sockets a test starts, kept in the
+ * folder of procs_run_tests: DIR/keys/coordinator.key and .pub, and one pair per
+ * client id in DIR/keys/clients, the coordinator's allow-list. Make every
+ * client's key before the coordinator starts (it reads the list then, and again
+ * on SIGHUP). */
+/* The path of id's key pair file, made if missing, in out (512 bytes). */
+const char *procs_client_key(const char *id, char *out);
+/* Makes the keys of clients PREFIX0 .. PREFIX(n-1) (c0, c1, ...). */
+void procs_client_keys(const char *prefix, int n);
+/* The coordinator's key pair file, public key file and the allow-list folder
+ * (512 bytes each), made if missing. */
+void procs_server_keys(char *key, char *pub, char *allow);
+/* Makes a DEALER socket (before it connects) a CURVE client with id's key,
+ * talking to the test coordinator's key. */
+void procs_secure_client(void *sock, const char *id);
+/* Makes a ROUTER socket (before it binds) a CURVE server with the test
+ * coordinator's key (a fake coordinator: no allow-list, any key admitted). */
+void procs_secure_server(void *sock);
+
+/* procs_spawn of a fedmoe-server argv with "--key K --allow DIR" of the test's
+ * keys added, and of a fedmoe-client argv (which names its --id) with "--key
+ * ID.key --server-key coordinator.pub" added; the client's key is made if
+ * missing (before the coordinator starts, or it is not on the list). */
+pid_t procs_spawn_server(char *const argv[], const char *log);
+pid_t procs_spawn_client(char *const argv[], const char *log);
 
 /* Starts argv[0] with stdout and stderr to log. */
 pid_t procs_spawn(char *const argv[], const char *log);
@@ -36,6 +67,14 @@ int procs_count_lines(const char *s);
 int procs_committed_rounds(const char *db);
 /* SHA-256 of the latest run's last checkpoint into out (65 bytes); false if none. */
 bool procs_last_checkpoint_sha(const char *db, char out[65]);
+/* Opens db read-only and reads its latest run (which must exist) into *run;
+ * the caller clears run and closes *st. */
+void procs_open_latest(const char *db, fm_store_t **st, fm_run_row_t *run);
+/* DIR/TAG.db and DIR/TAG-server.log in the test's folder (512 bytes each). */
+void procs_files(const char *tag, char *db, char *log);
+/* The latest run of db, which must be finished: its rounds and every client
+ * row (malloc'd; the caller frees both). */
+void procs_finished_run(const char *db, fm_round_row_t **rounds, int *nr, fm_client_round_row_t **rows, int *nc);
 /* PRAGMA integrity_check of db is "ok". */
 bool procs_integrity_ok(const char *db);
 

@@ -60,7 +60,7 @@ static pid_t fake_coordinated_client(void *sock, const char *name, const fm_run_
     snprintf(wd, sizeof wd, "%s/%s", dir, name);
     snprintf(log, sizeof log, "%s.log", wd);
     char *argv[] = {BIN("client/fedmoe-client"), "--connect", ep, "--id", "c1", "--state-dir", wd, NULL};
-    pid_t pid = procs_spawn(argv, log);
+    pid_t pid = procs_spawn_client(argv, log);
     Fedmoe__Envelope *e = router_expect(sock, id, FEDMOE__ENVELOPE__BODY_HELLO);
     assert_string_equal(id, "c1");
     fedmoe__envelope__free_unpacked(e, NULL);
@@ -79,6 +79,7 @@ static pid_t fake_coordinated_client(void *sock, const char *name, const fm_run_
 static void *router_on_loopback(void *ctx)
 {
     void *sock = zmq_socket(ctx, ZMQ_ROUTER);
+    procs_secure_server(sock); /* a fake coordinator with the real key: CURVE, no allow-list */
     assert_int_equal(zmq_bind(sock, "tcp://127.0.0.1:*"), 0);
     return sock;
 }

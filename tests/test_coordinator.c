@@ -98,17 +98,9 @@ static void inject(fm_coordinator_t *c, const char *id, Fedmoe__Envelope *env, d
 
 static void hello(fm_coordinator_t *c, const char *id, uint64_t samples, double now)
 {
-    Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
-    Fedmoe__Hello h = FEDMOE__HELLO__INIT;
-    h.client_id = (char *)id;
-    h.protocol_version = FM_PROTOCOL_VERSION;
-    h.specialists = 2;
-    h.partition_index = -1;
-    h.train_samples = samples;
-    h.val_samples = samples / 4;
-    h.test_samples = samples / 3;
-    env.body_case = FEDMOE__ENVELOPE__BODY_HELLO;
-    env.hello = &h;
+    Fedmoe__Envelope env;
+    Fedmoe__Hello h;
+    procs_hello(&env, &h, id, -1, samples);
     inject(c, id, &env, now);
 }
 

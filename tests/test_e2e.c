@@ -133,7 +133,7 @@ static void start_clients(pid_t *pids, int n, const char *endpoint, const char *
         snprintf(id, sizeof id, "c%d", i);
         snprintf(log, sizeof log, "%s/%s-client%d.log", dir, tag, i);
         char *argv[] = {BIN("client/fedmoe-client"), "--connect", (char *)endpoint, "--id", id, "--state-dir", dir, NULL};
-        pids[i] = procs_spawn(argv, log);
+        pids[i] = procs_spawn_client(argv, log);
     }
 }
 
@@ -146,7 +146,8 @@ static void test_resume_after_stop(void **state)
     char *sargv[] = {BIN("server/fedmoe-server"), "--bind", endpoint, "--db", db, "--rounds", "4", "--min-clients", "3",
                      "--partitions", "3", "--round-timeout", "120", NULL};
     snprintf(log, sizeof log, "%s/resume-server1.log", dir);
-    pid_t server = procs_spawn(sargv, log);
+    procs_client_keys("c", 3);
+    pid_t server = procs_spawn_server(sargv, log);
     pid_t clients[3];
     start_clients(clients, 3, endpoint, "first");
     for (int i = 0; i < 1200 && procs_committed_rounds(db) < 2; i++)
@@ -160,7 +161,7 @@ static void test_resume_after_stop(void **state)
     assert_true(done_first >= 2 && done_first < 4);
     /* the same settings on the same database: the run resumes and finishes */
     snprintf(log, sizeof log, "%s/resume-server2.log", dir);
-    server = procs_spawn(sargv, log);
+    server = procs_spawn_server(sargv, log);
     start_clients(clients, 3, endpoint, "second");
     assert_int_equal(procs_wait(server, 300), 0);
     for (int i = 0; i < 3; i++)
@@ -243,7 +244,8 @@ static float *fake_round(const char *db, const int order[3], float *const vecs[3
     char *sargv[] = {BIN("server/fedmoe-server"), "--bind", endpoint, "--db", (char *)db, "--rounds", "1",
                      "--min-clients", "3", "--partitions", "3", "--strategy", "comigs", "--round-timeout", "60", NULL};
     snprintf(log, sizeof log, "%s.log", db);
-    pid_t server = procs_spawn(sargv, log);
+    procs_client_keys("fake", 3);
+    pid_t server = procs_spawn_server(sargv, log);
     void *ctx = zmq_ctx_new();
     fake_t f[3];
     uint32_t n = 0, round = 0;
@@ -251,16 +253,11 @@ static float *fake_round(const char *db, const int order[3], float *const vecs[3
         f[i].sock = zmq_socket(ctx, ZMQ_DEALER);
         snprintf(f[i].id, sizeof f[i].id, "fake%d", i);
         zmq_setsockopt(f[i].sock, ZMQ_ROUTING_ID, f[i].id, strlen(f[i].id));
+        procs_secure_client(f[i].sock, f[i].id);
         zmq_connect(f[i].sock, endpoint);
-        Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
-        Fedmoe__Hello h = FEDMOE__HELLO__INIT;
-        h.client_id = f[i].id;
-        h.protocol_version = FM_PROTOCOL_VERSION;
-        h.specialists = 2;
-        h.partition_index = -1;
-        h.train_samples = samples[i]; /* ready: it has its data */
-        env.body_case = FEDMOE__ENVELOPE__BODY_HELLO;
-        env.hello = &h;
+        Fedmoe__Envelope env;
+        Fedmoe__Hello h;
+        procs_hello(&env, &h, f[i].id, -1, samples[i]); /* ready: it has its data */
         send_env(f[i].sock, &env);
         Fedmoe__Envelope *w = expect(f[i].sock, FEDMOE__ENVELOPE__BODY_WELCOME);
         assert_string_equal(w->welcome->strategy, "comigs");
@@ -313,11 +310,9 @@ static float *fake_round(const char *db, const int order[3], float *const vecs[3
     }
     zmq_ctx_term(ctx);
     fm_store_t *st;
-    assert_int_equal(fm_store_open(&st, db, true), FM_OK);
     fm_run_row_t run;
     bool found;
-    assert_int_equal(fm_store_latest_run(st, &run, &found), FM_OK);
-    assert_true(found);
+    procs_open_latest(db, &st, &run);
     int rd;
     uint8_t *blob;
     size_t len;
@@ -448,6 +443,10 @@ static void test_bad_arguments(void **state)
         {"client/fedmoe-sim", "extra"},               {"server/fedmoe-history", "nosuchcommand"},
         {"server/fedmoe-history", "--db /nonexistent/x.db runs"},
         {"server/fedmoe-history", "clients abc"},     {"bench/fedmoe-bench", "train --steps 0"},
+        {"server/fedmoe-server", "--db /tmp/unused.db"}, /* no keys and not --insecure */
+        {"server/fedmoe-server", "--key /nonexistent.key --allow /tmp"},
+        {"client/fedmoe-client", "--connect tcp://127.0.0.1:9"}, /* no keys */
+        {"server/fedmoe-keygen", "'bad id'"},         {"server/fedmoe-keygen", ""},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char cmd[1024], *out;
@@ -468,7 +467,7 @@ static void test_bad_arguments(void **state)
     const char *dbs[] = {dir /* a folder */, "/nonexistent/folder/x.db", garbage};
     for (size_t i = 0; i < sizeof dbs / sizeof dbs[0]; i++) {
         char cmd2[1024], *o;
-        snprintf(cmd2, sizeof cmd2, "%s --db %s 2>&1 >/dev/null", BIN("server/fedmoe-server"), dbs[i]);
+        snprintf(cmd2, sizeof cmd2, "%s --insecure --db %s 2>&1 >/dev/null", BIN("server/fedmoe-server"), dbs[i]);
         int rc = procs_capture(cmd2, &o);
         assert_int_not_equal(rc, 0);
         assert_int_equal(procs_count_lines(o), 1);
@@ -480,7 +479,8 @@ static void test_bad_arguments(void **state)
     snprintf(mnt, sizeof mnt, "mkdir -p %s && mount -t tmpfs -o size=2m tmpfs %s 2>/dev/null", tiny, tiny);
     if (system(mnt) == 0) {
         char cmd2[1024], *o;
-        snprintf(cmd2, sizeof cmd2, "%s --db %s/x.db 2>&1 >/dev/null", BIN("server/fedmoe-server"), tiny);
+        snprintf(cmd2, sizeof cmd2, "%s --insecure --db %s/x.db 2>&1 >/dev/null", BIN("server/fedmoe-server"),
+                 tiny);
         int rc = procs_capture(cmd2, &o);
         assert_int_not_equal(rc, 0);
         assert_non_null(strstr(o, "MB free"));

@@ -33,7 +33,7 @@ static pid_t start_client(const char *endpoint, int i, int n, const char *tag, b
         return -1;
     char *argv[] = {BIN("client/fedmoe-client"), "--connect", (char *)endpoint, "--id", id, "--state-dir", state,
                     own_partition ? "--partition" : NULL, part, NULL};
-    return procs_spawn(argv, log);
+    return procs_spawn_client(argv, log);
 }
 
 static void send_env(void *sock, Fedmoe__Envelope *env) { assert_int_equal(procs_send_env(sock, env), 0); }
@@ -75,16 +75,11 @@ static uint32_t join_and_stall(const char *endpoint, const char *db)
 {
     void *ctx = zmq_ctx_new(), *staller = zmq_socket(ctx, ZMQ_DEALER);
     zmq_setsockopt(staller, ZMQ_ROUTING_ID, "staller", 7);
+    procs_secure_client(staller, "staller");
     zmq_connect(staller, endpoint);
-    Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
-    Fedmoe__Hello h = FEDMOE__HELLO__INIT;
-    h.client_id = "staller";
-    h.protocol_version = FM_PROTOCOL_VERSION;
-    h.specialists = 2;
-    h.partition_index = 4;
-    h.train_samples = 100; /* ready at once: it has (pretends to have) its data */
-    env.body_case = FEDMOE__ENVELOPE__BODY_HELLO;
-    env.hello = &h;
+    Fedmoe__Envelope env;
+    Fedmoe__Hello h;
+    procs_hello(&env, &h, "staller", 4, 100); /* ready at once: it has (pretends to have) its data */
     send_env(staller, &env);
     Fedmoe__Envelope *w = recv_kind(staller, FEDMOE__ENVELOPE__BODY_WELCOME, 20000);
     assert_non_null(w);
@@ -124,19 +119,11 @@ static uint32_t join_and_stall(const char *endpoint, const char *db)
  * rounds after it came back. */
 static void check_dropped_and_back(const char *db, uint32_t stalled_round, int killed_in)
 {
-    fm_store_t *st;
-    assert_int_equal(fm_store_open(&st, db, true), FM_OK);
-    fm_run_row_t run;
-    bool found;
-    assert_int_equal(fm_store_latest_run(st, &run, &found), FM_OK);
-    assert_string_equal(run.status, "finished");
     fm_round_row_t *r;
-    int nr;
-    assert_int_equal(fm_store_list_rounds(st, run.id, &r, &nr), FM_OK);
-    assert_int_equal(nr, 8);
     fm_client_round_row_t *cr;
-    int nc;
-    assert_int_equal(fm_store_list_client_rounds(st, run.id, -1, &cr, &nc), FM_OK);
+    int nr, nc;
+    procs_finished_run(db, &r, &nr, &cr, &nc);
+    assert_int_equal(nr, 8);
     bool staller_dropped = false, c3_dropped = false, c3_back = false;
     for (int i = 0; i < nc; i++) {
         if (!strcmp(cr[i].client_id, "staller") && cr[i].round == (int)stalled_round)
@@ -156,20 +143,20 @@ static void check_dropped_and_back(const char *db, uint32_t stalled_round, int k
     }
     free(cr);
     free(r);
-    fm_store_run_clear(&run);
-    fm_store_close(&st);
 }
 
 static void test_killed_and_stalled_clients(void **state)
 {
     (void)state;
     char db[512], log[512], endpoint[64];
-    snprintf(db, sizeof db, "%s/clients.db", dir);
-    snprintf(log, sizeof log, "%s/clients-server.log", dir);
+    procs_files("clients", db, log);
     snprintf(endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", 21000 + (getpid() % 20000));
     char *sargv[] = {BIN("server/fedmoe-server"), "--bind", endpoint, "--db", db, "--rounds", "8", "--min-clients", "3",
                      "--partitions", "5", "--round-timeout", "8", "--client-timeout", "4", NULL};
-    pid_t server = procs_spawn(sargv, log);
+    char staller_key[512];
+    procs_client_keys("c", 4);
+    procs_client_key("staller", staller_key);
+    pid_t server = procs_spawn_server(sargv, log);
     assert_true(server > 0);
     pid_t c[4];
     for (int i = 0; i < 4; i++)
@@ -207,12 +194,12 @@ typedef struct {
 static void crash_run(const char *tag, const kill_t *kills, int nkills, char sha[65])
 {
     char db[512], log[512], endpoint[64];
-    snprintf(db, sizeof db, "%s/%s.db", dir, tag);
-    snprintf(log, sizeof log, "%s/%s-server.log", dir, tag);
+    procs_files(tag, db, log);
     snprintf(endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", 22000 + (getpid() % 20000) + (nkills ? 1 : 0));
     char *sargv[] = {BIN("server/fedmoe-server"), "--bind", endpoint, "--db", db, "--rounds", "5", "--min-clients", "3",
                      "--partitions", "3", "--seed", "7", "--round-timeout", "120", NULL};
-    pid_t server = procs_spawn(sargv, log);
+    procs_client_keys("c", 3);
+    pid_t server = procs_spawn_server(sargv, log);
     pid_t c[3];
     for (int i = 0; i < 3; i++)
         c[i] = start_client(endpoint, i, 3, tag, true);
@@ -225,7 +212,7 @@ static void crash_run(const char *tag, const kill_t *kills, int nkills, char sha
         fprintf(stderr, "  %s: coordinator killed %d ms after round %d, %d rounds committed\n", tag, kills[k].delay_ms,
                 kills[k].after_round, procs_committed_rounds(db));
         assert_true(procs_integrity_ok(db));
-        server = procs_spawn(sargv, log);
+        server = procs_spawn_server(sargv, log);
     }
     assert_int_equal(procs_wait(server, 300), 0);
     for (int i = 0; i < 3; i++)

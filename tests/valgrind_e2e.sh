@@ -19,14 +19,17 @@ PY
 vg=(valgrind --quiet --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite,indirect
     --show-leak-kinds=definite,indirect --track-origins=no)
 port=$((30000 + RANDOM % 20000))
+# real CURVE keys: the coordinator's pair, and the clients' in its allow-list
+"$build/server/fedmoe-keygen" --out "$work/keys" coordinator > /dev/null
+"$build/server/fedmoe-keygen" --out "$work/keys/clients" vg0 vg1 > /dev/null
 "${vg[@]}" "$build/server/fedmoe-server" --bind "tcp://127.0.0.1:$port" --db "$work/vg.db" --rounds 2 \
     --min-clients 2 --partitions 2 --iid --dataset "csv:$work/data.csv" --round-timeout 900 \
-    > "$work/server.log" 2>&1 &
+    --key "$work/keys/coordinator.key" --allow "$work/keys/clients" > "$work/server.log" 2>&1 &
 server=$!
 pids=()
 for i in 0 1; do
-  "${vg[@]}" "$build/client/fedmoe-client" --connect "tcp://127.0.0.1:$port" --id "vg$i" --state-dir "$work" \
-      > "$work/client$i.log" 2>&1 &
+  "${vg[@]}" "$build/client/fedmoe-client" --connect "tcp://127.0.0.1:$port" --key "$work/keys/clients/vg$i.key" \
+      --server-key "$work/keys/coordinator.pub" --state-dir "$work" > "$work/client$i.log" 2>&1 &
   pids+=($!)
 done
 status=0
@@ -37,4 +40,4 @@ if [[ $status -ne 0 ]]; then
 fi
 rounds=$("$build/server/fedmoe-history" --db "$work/vg.db" export | tail -n +2 | wc -l)
 if [[ $rounds -ne 2 ]]; then echo "valgrind_e2e: expected 2 rounds, found $rounds"; exit 1; fi
-echo "valgrind_e2e: coordinator and 2 clients clean under memcheck, 2 rounds"
+echo "valgrind_e2e: coordinator and 2 clients (CURVE) clean under memcheck, 2 rounds"

@@ -10,6 +10,20 @@ static _Thread_local char g_error[512];
 
 void fm_log_set_level(fm_log_level level) { g_level = level; }
 
+/* out = in with control characters written as \xNN (cut to fit cap): one
+ * event, one line, so a newline in a peer's id or text cannot forge a log line. */
+static void escape_controls(char *out, size_t cap, const char *in)
+{
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)in; *p && o + 5 < cap; p++) {
+        if (*p < 0x20 || *p == 0x7f)
+            o += (size_t)snprintf(out + o, cap - o, "\\x%02x", *p);
+        else
+            out[o++] = (char)*p;
+    }
+    out[o] = 0;
+}
+
 void fm_log(fm_log_level level, const char *fmt, ...)
 {
     static const char *names[] = {"DEBUG", "INFO", "WARN", "ERROR"};
@@ -22,15 +36,19 @@ void fm_log(fm_log_level level, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "%s %-5s %s\n", stamp, names[level], line);
+    char safe[4 * sizeof line];
+    escape_controls(safe, sizeof safe, line);
+    fprintf(stderr, "%s %-5s %s\n", stamp, names[level], safe);
 }
 
 void fm_error_set(const char *fmt, ...)
 {
+    char raw[sizeof g_error];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(g_error, sizeof g_error, fmt, ap);
+    vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
+    escape_controls(g_error, sizeof g_error, raw);
 }
 
 const char *fm_error_last(void) { return g_error; }

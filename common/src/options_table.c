@@ -131,6 +131,18 @@ static const fm_option_t table[] = {
      "SQLite round log"},
     {"new-run", 0, FM_OPT_SWITCH, NULL, 0, 0, S, 0, O(new_run), NULL, NULL, NULL, FM_OPT_G_RUN,
      "start a new run even if the latest one is unfinished"},
+    /* security */
+    {"key", 0, FM_OPT_STRING, "FILE", 0, 0, S | C, 0, O(key), NULL, NULL, "", FM_OPT_G_FEDERATED,
+     "this program's CURVE key pair (ID.key from fedmoe-keygen; mode 0600);\n"
+     "a client's id is the key's id"},
+    {"allow", 0, FM_OPT_STRING, "DIR", 0, 0, S, 0, O(allow), NULL, NULL, "", FM_OPT_G_FEDERATED,
+     "folder of the public keys (ID.pub) of the clients allowed to join;\n"
+     "reread on SIGHUP (a removed key is refused from then on)"},
+    {"server-key", 0, FM_OPT_STRING, "FILE", 0, 0, C, 0, O(server_key), NULL, NULL, "", FM_OPT_G_FEDERATED,
+     "the coordinator's public key (its .pub): talk to no one else"},
+    {"insecure", 0, FM_OPT_SWITCH, NULL, 0, 0, S | C | M, 0, O(insecure), NULL, NULL, NULL, FM_OPT_G_FEDERATED,
+     "no encryption and no authentication (plain ZeroMQ): only on a\n"
+     "trusted network; warned at every start"},
     /* a client of a coordinator */
     {"connect", 0, FM_OPT_STRING, "ENDPOINT", 0, 0, C, 0, O(connect), NULL, NULL, NULL, FM_OPT_G_FEDERATED,
      "coordinator"},

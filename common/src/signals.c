@@ -3,11 +3,14 @@
 #include <stddef.h>
 
 volatile sig_atomic_t fm_stop_requested = 0;
+volatile sig_atomic_t fm_reload_requested = 0;
 
 static void on_signal(int sig)
 {
-    (void)sig;
-    fm_stop_requested = 1;
+    if (sig == SIGHUP)
+        fm_reload_requested = 1;
+    else
+        fm_stop_requested = 1;
 }
 
 void fm_signals_install(void)
@@ -17,5 +20,6 @@ void fm_signals_install(void)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 }

@@ -15,7 +15,8 @@ void fm_log(fm_log_level level, const char *fmt, ...) __attribute__((format(prin
 #define fm_warn(...)  fm_log(FM_LOG_WARN, __VA_ARGS__)
 #define fm_errorf(...) fm_log(FM_LOG_ERROR, __VA_ARGS__)
 
-/* Records the reason for the error being returned (thread-local). */
+/* Records the reason for the error being returned (thread-local), control
+ * characters written as \xNN so it stays one line. */
 void fm_error_set(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The last recorded reason, or "" if none. Valid until the next fm_error_set. */
 const char *fm_error_last(void);

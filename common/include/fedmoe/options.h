@@ -76,6 +76,9 @@ struct fm_options {
     double fraction, round_timeout, client_timeout;
     bool new_run;
     size_t max_message;
+    /* transport security (server, client; fedmoe-sim makes its own keys) */
+    char key[1024], allow[1024], server_key[1024];
+    bool insecure;
     /* fedmoe-client */
     bool standalone;
     char connect[256], id[64], state_dir[1024];

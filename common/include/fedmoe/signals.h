@@ -1,5 +1,5 @@
-/* signals.h - the stop flag every program shares: SIGTERM and SIGINT set it,
- * SIGPIPE is ignored; loops poll it and stop cleanly. */
+/* signals.h - the flags every program shares: SIGTERM and SIGINT set the stop
+ * flag, SIGHUP the reload flag, SIGPIPE is ignored; loops poll them. */
 #ifndef FEDMOE_SIGNALS_H
 #define FEDMOE_SIGNALS_H
 
@@ -7,6 +7,9 @@
 
 /* The flag, non-zero once SIGTERM or SIGINT arrived (clear it to wait again). */
 extern volatile sig_atomic_t fm_stop_requested;
+/* Non-zero once SIGHUP arrived (the coordinator rereads its allow-list and
+ * clears it). */
+extern volatile sig_atomic_t fm_reload_requested;
 /* Installs the handlers. */
 void fm_signals_install(void);
 

@@ -1,0 +1,108 @@
+#include "link.h"
+
+#include <string.h>
+#include <zmq.h>
+
+#include "fedmoe/keys.h"
+#include "fedmoe/log.h"
+#include "fedmoe/wire.h"
+
+/* Watches sock's CURVE handshakes (s->mon). */
+static fm_status watch_handshakes(fm_link_t *s)
+{
+    const char *ep = "inproc://fedmoe-client-handshakes";
+    if (zmq_socket_monitor(s->sock, ep,
+                           ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0 ||
+        !(s->mon = zmq_socket(s->ctx, ZMQ_PAIR)) || zmq_connect(s->mon, ep) != 0) {
+        fm_error_set("cannot watch the handshake: %s", zmq_strerror(zmq_errno()));
+        return FM_ERR_IO;
+    }
+    return FM_OK;
+}
+
+fm_status fm_link_check(fm_link_t *s)
+{
+    uint8_t ev[6];
+    char addr[256];
+    while (s->mon && zmq_recv(s->mon, ev, sizeof ev, ZMQ_DONTWAIT) == 6) {
+        zmq_recv(s->mon, addr, sizeof addr, 0);
+        uint16_t e;
+        memcpy(&e, ev, 2);
+        if (e == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+            fm_error_set("the coordinator at %s refused this client's key (%s): it is not in the coordinator's "
+                         "allow-list, or was removed from it",
+                         s->cfg->connect, s->cfg->key);
+            return FM_ERR_ARG;
+        }
+        if (!s->unproven)
+            fm_warn("handshake with %s failed: the coordinator did not prove the key in %s (another coordinator, "
+                    "or one without CURVE); retrying",
+                    s->cfg->connect, s->cfg->server_key);
+        s->unproven = true;
+    }
+    return FM_OK;
+}
+
+/* CURVE with the client's key pair, talking only to the coordinator's key;
+ * plain text only when asked for, with a warning. */
+static fm_status secure_socket(void *sock, const fm_session_config_t *cfg)
+{
+    if (cfg->insecure) {
+        fm_warn("INSECURE: --insecure given: no encryption; the coordinator is not authenticated");
+        return FM_OK;
+    }
+    if (!cfg->key[0] || !cfg->server_key[0]) {
+        fm_error_set("no keys: give --key FILE (this client's key pair) and --server-key FILE (the "
+                     "coordinator's public key), made with fedmoe-keygen, or --insecure on a trusted network");
+        return FM_ERR_ARG;
+    }
+    fm_key_t own, server;
+    fm_status st = fm_key_read(cfg->key, true, &own);
+    if (st == FM_OK && strcmp(own.id, cfg->id) != 0) {
+        fm_error_set("client id %s, but the key %s belongs to %s", cfg->id, cfg->key, own.id);
+        st = FM_ERR_ARG;
+    }
+    if (st == FM_OK)
+        st = fm_key_read(cfg->server_key, false, &server);
+    if (st == FM_OK)
+        st = fm_key_apply_client(sock, &own, server.public_z85);
+    return st == FM_ERR_FORMAT || st == FM_ERR_IO ? FM_ERR_ARG : st;
+}
+
+fm_status fm_link_open(fm_link_t *l, const fm_session_config_t *cfg)
+{
+    memset(l, 0, sizeof *l);
+    l->cfg = cfg;
+    l->ctx = zmq_ctx_new();
+    l->sock = l->ctx ? zmq_socket(l->ctx, ZMQ_DEALER) : NULL;
+    if (!l->sock) {
+        fm_error_set("cannot create a ZeroMQ socket: %s", zmq_strerror(zmq_errno()));
+        return FM_ERR_IO;
+    }
+    zmq_setsockopt(l->sock, ZMQ_ROUTING_ID, cfg->id, strlen(cfg->id));
+    int linger = 2000;
+    zmq_setsockopt(l->sock, ZMQ_LINGER, &linger, sizeof linger);
+    fm_wire_tune_socket(l->sock);
+    fm_status st = secure_socket(l->sock, cfg);
+    if (st == FM_OK && !cfg->insecure)
+        st = watch_handshakes(l);
+    if (st != FM_OK)
+        return st;
+    if (zmq_connect(l->sock, cfg->connect) != 0) {
+        fm_error_set("cannot connect to %s: %s", cfg->connect, zmq_strerror(zmq_errno()));
+        return FM_ERR_ARG;
+    }
+    return FM_OK;
+}
+
+void fm_link_close(fm_link_t *l)
+{
+    if (l->mon)
+        zmq_close(l->mon);
+    if (l->sock)
+        zmq_close(l->sock);
+    if (l->ctx)
+        zmq_ctx_term(l->ctx);
+    memset(l, 0, sizeof *l);
+}

@@ -1,0 +1,32 @@
+/* link.h - a client's connection to its coordinator: a DEALER socket whose
+ * routing id is the client id, CURVE with the client's key pair and the
+ * coordinator's pinned public key (unless insecure), and what its handshakes
+ * say. */
+#ifndef FEDMOE_LINK_H
+#define FEDMOE_LINK_H
+
+#include <stdbool.h>
+
+#include "fedmoe/status.h"
+#include "session.h"
+
+typedef struct {
+    const fm_session_config_t *cfg;
+    void *ctx, *sock;
+    void *mon;      /* handshake events of sock (CURVE only), to poll */
+    bool unproven;  /* a handshake failed: the peer did not prove the pinned key */
+} fm_link_t;
+
+/* Creates the socket, applies CURVE (reading cfg->key and cfg->server_key; the
+ * key's id must be cfg->id) or warns that it is insecure, and connects.
+ * FM_ERR_ARG with a reason for keys the user can fix. cfg must outlive the
+ * link. Close with fm_link_close, also after a failure. */
+fm_status fm_link_open(fm_link_t *l, const fm_session_config_t *cfg);
+/* Reads waiting handshake events: FM_ERR_ARG with the reason when the
+ * coordinator refused our key (the end); a peer that cannot prove the pinned
+ * key is warned about once (l->unproven) and retried by libzmq. */
+fm_status fm_link_check(fm_link_t *l);
+/* Closes the sockets and the context. */
+void fm_link_close(fm_link_t *l);
+
+#endif

@@ -1,0 +1,32 @@
+/* zap.h - the coordinator's ZeroMQ authentication handler (ZAP, RFC 27).
+ *
+ * libzmq asks it about every CURVE handshake on the coordinator's socket; it
+ * admits a peer whose public key is in the allow-list and names it by the id
+ * of that key (the ZAP User-Id, which the daemon then finds on every message
+ * of the connection), and refuses every other peer before any message of theirs
+ * is read. The list is reread on request (SIGHUP); a key removed from it is
+ * refused from then on, also on connections made before. */
+#ifndef FEDMOE_ZAP_H
+#define FEDMOE_ZAP_H
+
+#include "fedmoe/keys.h"
+#include "fedmoe/status.h"
+
+typedef struct fm_zap fm_zap_t;
+
+/* Binds the handler's socket in ctx (before the coordinator's socket is bound)
+ * and loads the allow-list from allow_dir. Caller closes with fm_zap_close. */
+fm_status fm_zap_open(fm_zap_t **out, void *ctx, const char *allow_dir);
+/* The socket to poll for requests (owned by the handler). */
+void *fm_zap_socket(fm_zap_t *z);
+/* Answers every waiting request. */
+void fm_zap_handle(fm_zap_t *z);
+/* Rereads the allow-list; on an error the old list stays and the reason is
+ * logged. */
+void fm_zap_reload(fm_zap_t *z);
+/* Whether id's key is (still) in the allow-list. */
+bool fm_zap_allows(const fm_zap_t *z, const char *id);
+/* Closes the socket and frees the handler; sets *z to NULL; safe on NULL. */
+void fm_zap_close(fm_zap_t **z);
+
+#endif
