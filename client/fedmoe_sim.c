@@ -201,9 +201,10 @@ static int start(sim_t *s)
         snprintf(ilog, sizeof ilog, "%s/%s.log", s->wd, id);
         snprintf(spec, sizeof spec, "%d", s->spec.model.specialists);
         snprintf(ckey, sizeof ckey, "%s/%s.key", allow, id);
+        /* the run's data, chosen on this machine, so the clients may read its files */
         char *cargv[] = {s->client, "--connect", s->endpoint, "--id", id, "--state-dir", s->wd, "--specialists", spec,
-                         s->o.insecure ? "--insecure" : "--key", s->o.insecure ? NULL : ckey, "--server-key", spub,
-                         NULL};
+                         "--dataset", s->spec.dataset, s->o.insecure ? "--insecure" : "--key",
+                         s->o.insecure ? NULL : ckey, "--server-key", spub, NULL};
         s->cpids[i] = fm_spawn_logged(cargv, ilog, false);
     }
     printf("fedmoe-sim: coordinator on %s, %d clients, %d rounds; logs in %s\n", s->endpoint, s->o.clients,

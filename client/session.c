@@ -333,6 +333,14 @@ static fm_status handle_welcome(session_t *s, const Fedmoe__Welcome *w)
         return FM_ERR_ARG;
     }
     s->partition = w->partition_index;
+    /* the data source is the client's to choose: from the network only a named
+     * dataset in its standard place, never a path (any readable file, /dev/zero) */
+    if (!s->cfg->dataset[0] && strcmp(s->spec.dataset, "fmnist") != 0) {
+        fm_error_set("the coordinator asks for data at '%.200s'; a client takes only a named dataset (fmnist) "
+                     "from the network: give --dataset to read local files",
+                     s->spec.dataset);
+        return FM_ERR_ARG;
+    }
     fm_data_spec_t ds;
     fm_data_spec_default(&ds);
     ds.dataset = s->cfg->dataset[0] ? s->cfg->dataset : s->spec.dataset;
@@ -393,7 +401,7 @@ static fm_status start_round(session_t *s, int round)
 }
 
 /* Evaluates, then uploads the round's result. */
-static fm_status upload(session_t *s, uint32_t round, const fm_train_stats_t *ts, double t0)
+static fm_status upload(session_t *s, uint32_t round, const uint8_t *nonce, const fm_train_stats_t *ts, double t0)
 {
     fm_eval_t ev, vv = {0};
     fm_status st = fm_evaluate(s->model, &s->data.test, &ev);
@@ -402,6 +410,7 @@ static fm_status upload(session_t *s, uint32_t round, const fm_train_stats_t *ts
     if (st != FM_OK)
         return st;
     fm_update_t u = {.round = round, .train_samples = s->data.train.n, .prompt = fm_model_prompt(s->model)};
+    memcpy(u.nonce, nonce, FM_NONCE_BYTES);
     u.metrics = (fm_metrics_t){.train_loss = ts->train_loss, .val_loss = ts->val_loss, .test_loss = ev.loss,
                                .test_accuracy = ev.accuracy, .generalist_share = ev.generalist_share,
                                .test_samples = ev.n, .test_correct = ev.correct, .val_samples = vv.n,
@@ -438,6 +447,8 @@ static fm_status handle_task(session_t *s, const Fedmoe__Task *t)
         reply_error(s, code, fm_error_last());
         return FM_OK;
     }
+    uint8_t nonce[FM_NONCE_BYTES];
+    memcpy(nonce, in.nonce, sizeof nonce);
     fm_status st = start_round(s, (int)in.round);
     if (st == FM_OK) {
         if (in.model)
@@ -459,7 +470,7 @@ static fm_status handle_task(session_t *s, const Fedmoe__Task *t)
         return FM_OK;
     }
     if (st == FM_OK)
-        st = upload(s, t->round, &ts, t0);
+        st = upload(s, t->round, nonce, &ts, t0);
     if (st != FM_OK)
         return st;
     s->last_round = (int)t->round;

@@ -50,9 +50,27 @@ int64_t fm_coord_emit(fm_coordinator_t *c, const char *id, Fedmoe__Envelope *env
     return (int64_t)len;
 }
 
+/* Refusals logged per second at the most: a peer sending junk as fast as it can
+ * must not flood the log (the rest are counted and the count logged). */
+#define WARNINGS_PER_SECOND 20
+
+void fm_coord_warnings_flush(fm_coordinator_t *c, double now)
+{
+    if (now < c->warn_second + 1.0)
+        return;
+    if (c->unwarned)
+        fm_warn("%d more refusals in the last second were not logged", c->unwarned);
+    c->warn_second = now;
+    c->warned = c->unwarned = 0;
+}
+
 static void send_error(fm_coordinator_t *c, const char *id, fm_wire_code code, const char *text)
 {
-    fm_warn("client %s: %s", id, text);
+    fm_coord_warnings_flush(c, c->now);
+    if (c->warned++ < WARNINGS_PER_SECOND)
+        fm_warn("client %s: %s", id, text);
+    else
+        c->unwarned++;
     uint8_t *buf;
     size_t len;
     if (fm_wire_encode_error(code, text, &buf, &len) == FM_OK) {
@@ -87,6 +105,7 @@ void fm_coord_send_task(fm_coordinator_t *c, fm_participant_t *p)
                    .prompt = c->gprompt,
                    .nonlocal = nl,
                    .k = k};
+    memcpy(t.nonce, p->nonce, FM_NONCE_BYTES);
     uint8_t *buf;
     size_t len;
     if (fm_exchange_encode_task(&c->spec, &c->dims, &t, &buf, &len) != FM_OK) {
@@ -202,8 +221,9 @@ static void handle_hello(fm_coordinator_t *c, const char *id, const Fedmoe__Hell
 
 /* The participant an update for round `round` from slot may come from, or NULL
  * after an Error reply. */
-static fm_participant_t *update_target(fm_coordinator_t *c, const char *id, int slot, uint32_t round)
+static fm_participant_t *update_target(fm_coordinator_t *c, const char *id, int slot, const Fedmoe__Update *u)
 {
+    uint32_t round = u->round;
     char why[160];
     bool open = c->round.state == FM_ROUND_OPEN;
     if (!open || round != (uint32_t)c->round.number) {
@@ -223,6 +243,11 @@ static fm_participant_t *update_target(fm_coordinator_t *c, const char *id, int 
     } else if (p->state != FM_PART_AWAITED) {
         snprintf(why, sizeof why, "update for round %u, but this client's part in it has ended (%s)", round,
                  fm_part_state_name(p->state));
+        send_error(c, id, FM_WIRE_WRONG_ROUND, why);
+        p = NULL;
+    } else if (u->nonce.len != FM_NONCE_BYTES || memcmp(u->nonce.data, p->nonce, FM_NONCE_BYTES) != 0) {
+        /* a replay of another round's update, or one relabelled with this round's number */
+        snprintf(why, sizeof why, "update for round %u does not carry the nonce of this round's task", round);
         send_error(c, id, FM_WIRE_WRONG_ROUND, why);
         p = NULL;
     }
@@ -248,7 +273,7 @@ static void fill_row(fm_client_round_row_t *row, const fm_metrics_t *m, uint64_t
 
 static void handle_update(fm_coordinator_t *c, const char *id, int slot, const Fedmoe__Update *u, size_t bytes)
 {
-    fm_participant_t *p = update_target(c, id, slot, u->round);
+    fm_participant_t *p = update_target(c, id, slot, u);
     if (!p)
         return;
     fm_exchange_t e = fm_exchange_of(c->spec.strategy);
@@ -291,6 +316,7 @@ static void handle_update(fm_coordinator_t *c, const char *id, int slot, const F
 void fm_coordinator_handle(fm_coordinator_t *c, const char *id, const uint8_t *data, size_t len, double now)
 {
     Fedmoe__Envelope *env = NULL;
+    c->now = now;
     if (fm_wire_decode(data, len, c->max_message, &env) != FM_OK) {
         send_error(c, id, fm_wire_last_code(), fm_error_last());
         return;

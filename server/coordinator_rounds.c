@@ -1,6 +1,7 @@
 /* The coordinator's time-driven work: clients gone silent, rounds opened,
  * decided (round.h) and committed to the round log. */
 #include <math.h>
+#include <openssl/rand.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +80,11 @@ static fm_status try_open_round(fm_coordinator_t *c, double now)
         fm_aggregator_reset(c->agg_prompt);
         c->bytes_up = c->bytes_down = 0;
         st = fm_round_open(&c->round, slots, ids, want, now);
+        for (int i = 0; st == FM_OK && i < c->round.nparts; i++)
+            if (RAND_bytes(c->round.parts[i].nonce, (int)sizeof c->round.parts[i].nonce) != 1) {
+                fm_error_set("round %d: no random bytes for the task nonces", round);
+                st = FM_ERR_STATE;
+            }
         if (st == FM_OK) {
             fm_info("round %d/%d: %d of %d connected clients selected", round, c->cfg.rounds, want, ready);
             for (int i = 0; i < c->round.nparts; i++)
@@ -276,6 +282,7 @@ fm_status fm_coordinator_tick(fm_coordinator_t *c, double now)
 {
     if (c->finished)
         return FM_OK;
+    fm_coord_warnings_flush(c, now);
     sweep_silent(c, now);
     fm_status st = FM_OK;
     if (c->round.state == FM_ROUND_OPEN && (st = decide(c, now)) != FM_OK)

@@ -46,6 +46,7 @@ typedef enum {
 typedef struct {
     int slot;                  /* registry slot */
     fm_part_state state;
+    uint8_t nonce[16];         /* its Task's nonce (FM_NONCE_BYTES), fresh at the round's opening */
     float *prompt;             /* uploaded prompt, staged until the round commits (owned) */
     fm_client_round_row_t row; /* its line in the round log */
 } fm_participant_t;

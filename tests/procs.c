@@ -318,10 +318,15 @@ void procs_finished_run(const char *db, fm_round_row_t **rounds, int *nr, fm_cli
     fm_store_close(&st);
 }
 
-int procs_send_update(void *sock, uint32_t round, const float *vec, uint32_t n, const float *prompt, uint64_t samples)
+int procs_send_update(void *sock, uint32_t round, const uint8_t *nonce, const float *vec, uint32_t n, const float *prompt,
+                      uint64_t samples)
 {
     Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
     Fedmoe__Update up = FEDMOE__UPDATE__INIT;
+    if (nonce) {
+        up.nonce.data = (uint8_t *)nonce;
+        up.nonce.len = 16;
+    }
     Fedmoe__Metrics m = FEDMOE__METRICS__INIT;
     Fedmoe__Tensor t, p, *list[1];
     if (fm_wire_tensor_set(&t, "model", vec, 1, n) != FM_OK)

@@ -19,15 +19,17 @@ struct CMUnitTest;
 int procs_run_tests(const char *name, const struct CMUnitTest *tests, size_t n, char *dir, size_t dircap);
 
 /* Speaking the protocol from a test: encode and send env on a DEALER socket;
- * send an Update of round with a 1 x n model tensor, a 4 x 64 prompt, samples
- * and plausible metrics. Return 0 when sent. */
+ * send an Update of round (echoing nonce, the 16 bytes of its Task; NULL sends
+ * none) with a 1 x n model tensor, a 4 x 64 prompt, samples and plausible
+ * metrics. Return 0 when sent. */
 
 int procs_send_env(void *sock, Fedmoe__Envelope *env);
 /* Fills env and h (the caller's) as a Hello from id for partition (-1: assign
  * one) with train_samples (0: no data yet), a quarter of it validation and a
  * third test, 2 specialists, this protocol version. */
 void procs_hello(Fedmoe__Envelope *env, Fedmoe__Hello *h, const char *id, int partition, uint64_t train_samples);
-int procs_send_update(void *sock, uint32_t round, const float *vec, uint32_t n, const float *prompt, uint64_t samples);
+int procs_send_update(void *sock, uint32_t round, const uint8_t *nonce, const float *vec, uint32_t n, const float *prompt,
+                      uint64_t samples);
 
 /* Real CURVE keys for the programs and sockets a test starts, kept in the
  * folder of procs_run_tests: DIR/keys/coordinator.key and .pub, and one pair per

@@ -91,8 +91,9 @@ static void router_close(void *sock)
     zmq_close(sock);
 }
 
-/* A task whose lr_scale is out of range gets BAD_VALUE and trains nothing; a
- * good one is trained and answered. */
+/* A task without its nonce gets MALFORMED, one whose lr_scale is out of range
+ * BAD_VALUE, and neither is trained; a good one is trained and answered with its
+ * nonce echoed. */
 static void test_client_checks_tasks(void **state)
 {
     (void)state;
@@ -109,6 +110,15 @@ static void test_client_checks_tasks(void **state)
     task.round = 1;
     env.body_case = FEDMOE__ENVELOPE__BODY_TASK;
     env.task = &task;
+    /* without its nonce: refused */
+    assert_int_equal(fm_wire_send(sock, "c1", &env), FM_OK);
+    e = router_expect(sock, id, FEDMOE__ENVELOPE__BODY_ERROR);
+    assert_int_equal(e->error->code, FM_WIRE_MALFORMED);
+    assert_non_null(strstr(e->error->text, "nonce"));
+    fedmoe__envelope__free_unpacked(e, NULL);
+    uint8_t nonce[16] = {7, 7, 7, 7, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    task.nonce.data = nonce;
+    task.nonce.len = sizeof nonce;
     for (int i = 0; i < 4; i++) {
         task.lr_scale = bad[i];
         assert_int_equal(fm_wire_send(sock, "c1", &env), FM_OK);
@@ -121,6 +131,8 @@ static void test_client_checks_tasks(void **state)
     assert_int_equal(fm_wire_send(sock, "c1", &env), FM_OK);
     e = router_expect(sock, id, FEDMOE__ENVELOPE__BODY_UPDATE);
     assert_int_equal(e->update->round, 1);
+    assert_int_equal(e->update->nonce.len, 16); /* its Task's, echoed */
+    assert_memory_equal(e->update->nonce.data, nonce, 16);
     assert_true(e->update->metrics->val_samples > 0);
     assert_true(e->update->metrics->val_correct <= e->update->metrics->val_samples);
     fedmoe__envelope__free_unpacked(e, NULL);
@@ -151,6 +163,9 @@ static void test_client_stops_mid_training(void **state)
     Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT, *e;
     Fedmoe__Task task = FEDMOE__TASK__INIT;
     task.round = 1;
+    uint8_t nonce[16] = {1};
+    task.nonce.data = nonce;
+    task.nonce.len = sizeof nonce;
     env.body_case = FEDMOE__ENVELOPE__BODY_TASK;
     env.task = &task;
     assert_int_equal(fm_wire_send(sock, "c1", &env), FM_OK);
@@ -191,11 +206,46 @@ static void test_client_stops_mid_training(void **state)
 /* A round log written before the validation columns existed: readers still read
  * it, and the coordinator's store adds the columns (NULL in old rows). */
 
+/* A coordinator that names a file as the run's data (here /dev/zero, which once
+ * made a client read 1.5 GB) is refused: the client exits 2 saying it takes only
+ * a named dataset from the network, and reads nothing. */
+static void test_client_refuses_data_paths(void **state)
+{
+    (void)state;
+    void *ctx = zmq_ctx_new(), *sock = router_on_loopback(ctx);
+    char ep[256], log[512], id[64];
+    size_t eplen = sizeof ep;
+    zmq_getsockopt(sock, ZMQ_LAST_ENDPOINT, ep, &eplen);
+    snprintf(log, sizeof log, "%s/datapath.log", dir);
+    char *argv[] = {BIN("client/fedmoe-client"), "--connect", ep, "--id", "c1", NULL};
+    pid_t pid = procs_spawn_client(argv, log);
+    Fedmoe__Envelope *e = router_expect(sock, id, FEDMOE__ENVELOPE__BODY_HELLO);
+    fedmoe__envelope__free_unpacked(e, NULL);
+    fm_run_spec_t spec;
+    fm_run_spec_default(&spec);
+    snprintf(spec.dataset, sizeof spec.dataset, "csv:/dev/zero");
+    assert_int_equal(fm_run_spec_finish(&spec), FM_OK);
+    Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
+    fm_welcome_pb_t w;
+    fm_run_spec_welcome(&spec, "run-fake", 0, 1, &w);
+    env.body_case = FEDMOE__ENVELOPE__BODY_WELCOME;
+    env.welcome = &w.welcome;
+    assert_int_equal(fm_wire_send(sock, "c1", &env), FM_OK);
+    assert_int_equal(procs_wait(pid, 30), 2);
+    char cmd[700], *out;
+    snprintf(cmd, sizeof cmd, "grep -c 'takes only a named dataset' %s", log);
+    assert_int_equal(procs_capture(cmd, &out), 0);
+    free(out);
+    router_close(sock);
+    zmq_ctx_term(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_client_checks_tasks),
         cmocka_unit_test(test_client_stops_mid_training),
+        cmocka_unit_test(test_client_refuses_data_paths),
     };
     return procs_run_tests("client", tests, sizeof tests / sizeof tests[0], dir, sizeof dir);
 }

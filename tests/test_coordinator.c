@@ -113,7 +113,7 @@ static void heartbeat(fm_coordinator_t *c, const char *id, double now)
     inject(c, id, &env, now);
 }
 
-typedef enum { HONEST, SHORT, NOT_FINITE } fault_t;
+typedef enum { HONEST, SHORT, NOT_FINITE, REPLAYED } fault_t;
 
 /* The Update a client sends back for its newest Task: the task's model plus
  * delta in every value; SHORT sends a model one value short, NOT_FINITE one
@@ -133,6 +133,9 @@ static void update(fm_coordinator_t *c, const char *id, float delta, uint64_t sa
     if (fault == NOT_FINITE)
         in.model[d.nmodel / 2] = NAN;
     fm_update_t u = {.round = in.round, .train_samples = samples, .model = in.model, .prompt = in.prompt};
+    memcpy(u.nonce, in.nonce, sizeof u.nonce);
+    if (fault == REPLAYED) /* another round's capture, relabelled with this round's number */
+        u.nonce[0] ^= 1;
     u.metrics.test_samples = 10;
     u.metrics.test_correct = 7;
     u.metrics.test_accuracy = 0.7;
@@ -263,6 +266,24 @@ static void test_deadline_with_straggler(void **state)
     }
     expect_rounds(c, &cfg, 100.5, 1); /* the deadline */
     expect_status(&cfg, 1, "slow", "dropped");
+    expect_status(&cfg, 1, "a", "completed");
+    finish(&c);
+}
+
+/* An update that does not carry its Task's nonce (a capture from another round
+ * relabelled with this round's number) is refused and changes nothing; the
+ * client's own update for the Task is then taken. */
+static void test_update_bound_to_its_task(void **state)
+{
+    (void)state;
+    fm_server_config_t cfg;
+    const char *ids[] = {"a", "b"};
+    fm_coordinator_t *c = open_run(&cfg, ids, 2, 2, 100);
+    update(c, "a", 5.0f, 100, REPLAYED, 0.5);
+    assert_int_equal(last_error_code("a"), FM_WIRE_WRONG_ROUND);
+    expect_rounds(c, &cfg, 1.0, 0);
+    updates(c, ids, 2, 0.0f, 100, 1.5);
+    expect_rounds(c, &cfg, 2.0, 1);
     expect_status(&cfg, 1, "a", "completed");
     finish(&c);
 }
@@ -422,6 +443,7 @@ int main(void)
         cmocka_unit_test(test_quorum_reached),
         cmocka_unit_test(test_deadline_with_straggler),
         cmocka_unit_test(test_refused_update_ends_its_part),
+        cmocka_unit_test(test_update_bound_to_its_task),
         cmocka_unit_test(test_rehello_gets_task_again),
         cmocka_unit_test(test_silent_worker_capped),
         cmocka_unit_test(test_run_goes_on_without_silent_worker),

@@ -195,6 +195,7 @@ static void test_resume_after_stop(void **state)
 typedef struct {
     void *sock;
     char id[16];
+    uint8_t nonce[16]; /* of its Task */
 } fake_t;
 
 static Fedmoe__Envelope *recv_env(void *sock)
@@ -229,9 +230,9 @@ static Fedmoe__Envelope *expect(void *sock, Fedmoe__Envelope__BodyCase kind)
 
 static void send_env(void *sock, Fedmoe__Envelope *env) { assert_int_equal(procs_send_env(sock, env), 0); }
 
-static void send_update(void *sock, uint32_t round, const float *vec, uint32_t n, const float *prompt, uint64_t samples)
+static void send_update(fake_t *f, uint32_t round, const float *vec, uint32_t n, const float *prompt, uint64_t samples)
 {
-    assert_int_equal(procs_send_update(sock, round, vec, n, prompt, samples), 0);
+    assert_int_equal(procs_send_update(f->sock, round, f->nonce, vec, n, prompt, samples), 0);
 }
 
 /* One run of one round with 3 fake clients uploading in `order`; returns the
@@ -268,6 +269,8 @@ static float *fake_round(const char *db, const int order[3], float *const vecs[3
         assert_int_equal(t->task->n_model, 1);
         n = t->task->model[0]->shape[1];
         round = t->task->round;
+        assert_int_equal(t->task->nonce.len, 16);
+        memcpy(f[i].nonce, t->task->nonce.data, 16);
         assert_int_equal(t->task->n_nonlocal_prompts, 0); /* comigs keeps no pool */
         assert_true(t->task->lr_scale == 1.0f);           /* set, also when constant */
         fedmoe__envelope__free_unpacked(t, NULL);
@@ -286,17 +289,17 @@ static float *fake_round(const char *db, const int order[3], float *const vecs[3
         fedmoe__envelope__free_unpacked(e, NULL);
         /* (an update refused for its contents ends the client's part in the round:
          * test_coordinator covers those) */
-        send_update(f[0].sock, 7, vecs[0], n, prompt, samples[0]); /* wrong round */
+        send_update(&f[0], 7, vecs[0], n, prompt, samples[0]); /* wrong round */
         e = expect(f[0].sock, FEDMOE__ENVELOPE__BODY_ERROR);
         assert_int_equal(e->error->code, FM_WIRE_WRONG_ROUND);
         fedmoe__envelope__free_unpacked(e, NULL);
     }
     for (int k = 0; k < 3; k++) {
         int i = order[k];
-        send_update(f[i].sock, 1, vecs[i], n, prompt, samples[i]);
+        send_update(&f[i], 1, vecs[i], n, prompt, samples[i]);
         usleep(100000); /* let them arrive in this order */
         if (send_garbage && k == 0) { /* the same update again: refused, counted once */
-            send_update(f[i].sock, 1, vecs[i], n, prompt, samples[i]);
+            send_update(&f[i], 1, vecs[i], n, prompt, samples[i]);
             Fedmoe__Envelope *e = expect(f[i].sock, FEDMOE__ENVELOPE__BODY_ERROR);
             assert_int_equal(e->error->code, FM_WIRE_DUPLICATE);
             fedmoe__envelope__free_unpacked(e, NULL);

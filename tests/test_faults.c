@@ -91,6 +91,9 @@ static uint32_t join_and_stall(const char *endpoint, const char *db)
     }
     assert_non_null(task);
     uint32_t stalled_round = task->task->round, n = task->task->model[0]->shape[1];
+    uint8_t nonce[16];
+    assert_int_equal(task->task->nonce.len, 16);
+    memcpy(nonce, task->task->nonce.data, 16);
     fedmoe__envelope__free_unpacked(task, NULL);
     /* stall, alive, until the round closes without it: at its deadline once the
      * quorum is in (later than the deadline on a loaded machine, where the round
@@ -101,7 +104,7 @@ static uint32_t join_and_stall(const char *endpoint, const char *db)
     }
     assert_true(procs_committed_rounds(db) >= (int)stalled_round);
     float *vec = calloc(n, sizeof(float)), prompt[256] = {0};
-    assert_int_equal(procs_send_update(staller, stalled_round, vec, n, prompt, 100), 0);
+    assert_int_equal(procs_send_update(staller, stalled_round, nonce, vec, n, prompt, 100), 0);
     Fedmoe__Envelope *err = recv_kind(staller, FEDMOE__ENVELOPE__BODY_ERROR, 20000);
     assert_non_null(err);
     assert_int_equal(err->error->code, FM_WIRE_WRONG_ROUND);

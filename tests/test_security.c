@@ -179,6 +179,52 @@ static void attack_impersonation(const char *ep, const char *log)
     }
 }
 
+/* The coordinator's resident memory in kB. */
+static long rss_kb(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmRSS:", 6))
+            kb = atol(line + 6);
+    if (f)
+        fclose(f);
+    return kb;
+}
+
+/* c3 sends 200,000 junk messages as fast as it can and never reads: every one
+ * is refused with an Error, the replies it does not read are dropped past the
+ * high-water mark, so the coordinator's memory stays flat (unbounded queues
+ * once grew by 219 MB), and the log gets a bounded number of lines. */
+static void attack_non_reading_peer(const char *ep, const char *log, pid_t server)
+{
+    peer_t p = peer_new("c3", 8);
+    int one = 1;
+    zmq_setsockopt(p.sock, ZMQ_RCVHWM, &one, sizeof one); /* it reads next to nothing */
+    procs_secure_client(p.sock, "c3");
+    zmq_connect(p.sock, ep);
+    int v;
+    assert_int_equal(handshake_event(&p, 10, &v), ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
+    long before = rss_kb(server);
+    int sent = 0;
+    for (int i = 0; i < 200000; i++)
+        sent += zmq_send(p.sock, "junk", 4, 0) == 4;
+    assert_int_equal(sent, 200000);
+    usleep(3000000); /* let it read them all */
+    long after = rss_kb(server);
+    fprintf(stderr, "  non-reading peer: coordinator RSS %ld -> %ld kB\n", before, after);
+    assert_true(before > 0 && after - before < 8 * 1024); /* no bound: +12.9 MB after 100,000 */
+    peer_free(&p);
+    char cmd[700], *out;
+    snprintf(cmd, sizeof cmd, "grep -c 'client c3:' %s", log);
+    assert_int_equal(procs_capture(cmd, &out), 0);
+    assert_true(atol(out) < 4000); /* at most 20 a second */
+    free(out);
+    assert_true(log_has(log, "more refusals in the last second were not logged"));
+}
+
 /* c2 connects with its key and is answered; its key is removed and the
  * coordinator told (SIGHUP): what the open connection sends is dropped, and a
  * new handshake is refused. */
@@ -221,7 +267,7 @@ static void test_attacks_refused_honest_run_finishes(void **state)
     pid_t server = procs_spawn_server(sargv, log);
     pid_t c[2];
     for (int i = 0; i < 2; i++) {
-        char id[8], clog[512];
+        char id[16], clog[512];
         snprintf(id, sizeof id, "c%d", i);
         snprintf(clog, sizeof clog, "%s/sec-c%d.log", dir, i);
         char *cargv[] = {BIN("client/fedmoe-client"), "--connect", ep, "--id", id, "--state-dir", dir, NULL};
@@ -229,6 +275,7 @@ static void test_attacks_refused_honest_run_finishes(void **state)
     }
     attack_without_allowed_key(ep);
     attack_impersonation(ep, log);
+    attack_non_reading_peer(ep, log, server);
     attack_revoked_key(ep, log, server);
     assert_true(procs_committed_rounds(db) < 12); /* the attacks came while the run went on */
     assert_int_equal(procs_wait(server, 300), 0);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "fedmoe/log.h"
@@ -51,8 +52,16 @@ static void test_commit_and_resume_reads(void **state)
     char path[128];
     db_path(path, sizeof path);
     fm_store_t *s;
+    umask(022); /* the usual umask would give 0644 */
     assert_int_equal(fm_store_open(&s, path, false), FM_OK);
+    struct stat sb; /* a new round log is its owner's alone */
+    assert_int_equal(stat(path, &sb), 0);
+    assert_int_equal(sb.st_mode & 0777, 0600);
     assert_int_equal(fm_store_create_run(s, "run-1", "{\"x\":1}", 7, "full", 10), FM_OK);
+    char wal[160];
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    assert_int_equal(stat(wal, &sb), 0);
+    assert_int_equal(sb.st_mode & 0777, 0600);
     fm_client_row_t c = {.specialists = 2, .partition_index = 3, .train_samples = 100};
     snprintf(c.id, sizeof c.id, "a");
     snprintf(c.first_seen, sizeof c.first_seen, "2026-01-01T00:00:00.000Z");

@@ -29,7 +29,8 @@ server=$!
 pids=()
 for i in 0 1; do
   "${vg[@]}" "$build/client/fedmoe-client" --connect "tcp://127.0.0.1:$port" --key "$work/keys/clients/vg$i.key" \
-      --server-key "$work/keys/coordinator.pub" --state-dir "$work" > "$work/client$i.log" 2>&1 &
+      --server-key "$work/keys/coordinator.pub" --dataset "csv:$work/data.csv" --state-dir "$work" \
+      > "$work/client$i.log" 2>&1 &
   pids+=($!)
 done
 status=0

@@ -41,6 +41,8 @@ fm_status fm_exchange_encode_task(const fm_run_spec_t *s, const fm_exchange_dims
     bool ok = true;
     task.round = t->round;
     task.lr_scale = t->lr_scale;
+    task.nonce.data = (uint8_t *)t->nonce;
+    task.nonce.len = FM_NONCE_BYTES;
     if (e.model) {
         ok &= fm_wire_tensor_set(&model, "model", t->model, 1, (uint32_t)d->nmodel) == FM_OK;
         model_list[0] = &model;
@@ -105,6 +107,11 @@ fm_status fm_exchange_read_task(const fm_run_spec_t *s, const fm_exchange_dims_t
         fm_error_set("task lr_scale out of range (0, 10]");
         return refuse(code, FM_WIRE_BAD_VALUE);
     }
+    if (t->nonce.len != FM_NONCE_BYTES) {
+        fm_error_set("task without its %d-byte nonce", FM_NONCE_BYTES);
+        return refuse(code, FM_WIRE_MALFORMED);
+    }
+    memcpy(out->nonce, t->nonce.data, FM_NONCE_BYTES);
     if (e.model && t->n_model != 1) {
         fm_error_set("task without its model tensor");
         return refuse(code, FM_WIRE_BAD_TENSOR);
@@ -148,6 +155,8 @@ fm_status fm_exchange_encode_update(const fm_run_spec_t *s, const fm_exchange_di
     const fm_metrics_t *mm = &u->metrics;
     up.round = u->round;
     up.train_samples = u->train_samples;
+    up.nonce.data = (uint8_t *)u->nonce;
+    up.nonce.len = FM_NONCE_BYTES;
     m.train_loss = (float)mm->train_loss;
     m.val_loss = (float)mm->val_loss;
     m.test_loss = (float)mm->test_loss;

@@ -2,9 +2,11 @@
 
 #include <openssl/evp.h>
 #include <sqlite3.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fedmoe/clock.h"
 #include "fedmoe/log.h"
@@ -97,6 +99,11 @@ fm_status fm_store_open(fm_store_t **out, const char *path, bool readonly)
         return FM_ERR_NOMEM;
     snprintf(s->path, sizeof s->path, "%s", path);
     int flags = readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+    /* a new round log is the owner's alone (it holds every client's prompt and
+     * metrics); SQLite gives its -wal and -shm files the same mode */
+    int fd = readonly ? -1 : open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd >= 0)
+        close(fd);
     if (sqlite3_open_v2(path, &s->db, flags, NULL) != SQLITE_OK) {
         fm_error_set("%s: cannot open database: %s", path, s->db ? sqlite3_errmsg(s->db) : "out of memory");
         fm_store_close(&s);

@@ -163,7 +163,7 @@ fm_status fm_wire_decode(const uint8_t *buf, size_t len, size_t max_len, Fedmoe_
 
 void fm_wire_tune_socket(void *socket)
 {
-    int hwm = 0, hb_ivl = 2000, hb_timeout = 10000;
+    int hwm = FM_WIRE_HWM, hb_ivl = 2000, hb_timeout = 10000;
     zmq_setsockopt(socket, ZMQ_SNDHWM, &hwm, sizeof hwm);
     zmq_setsockopt(socket, ZMQ_RCVHWM, &hwm, sizeof hwm);
     zmq_setsockopt(socket, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof hb_ivl);

@@ -44,6 +44,11 @@ fm_exchange_dims_t fm_exchange_dims(const fm_run_spec_t *s, size_t nmodel);
 
 /* ---- Task: coordinator -> client ---- */
 
+/* Bytes of the nonce that binds an Update to its Task: fresh random bytes for
+ * each (round, client), echoed by the Update; an update that does not carry its
+ * Task's nonce (a replay from another round, a relabelled capture) is refused. */
+#define FM_NONCE_BYTES 16
+
 typedef struct {
     uint32_t round;
     float lr_scale;                /* this round's multiplier on both learning rates */
@@ -51,6 +56,7 @@ typedef struct {
     const float *prompt;           /* the global prompt (when carried) */
     const float *const *nonlocal;  /* k pool prompts, nearest first (when carried) */
     int k;
+    uint8_t nonce[FM_NONCE_BYTES];
 } fm_task_t;
 
 /* The Task envelope, encoded; *buf is malloc'd, the caller frees it. */
@@ -66,6 +72,7 @@ typedef struct {
     float *prompt;   /* nprompt, or NULL */
     float *nonlocal; /* k * nprompt, or NULL */
     int k;           /* 0 unless the pool travels */
+    uint8_t nonce[FM_NONCE_BYTES]; /* to echo in the Update */
 } fm_task_in_t;
 
 /* Reads and checks a Task; on error FM_ERR_FORMAT with fm_error_last() and the
@@ -89,6 +96,7 @@ typedef struct {
     const float *model;  /* nmodel floats (when carried) */
     const float *prompt; /* the trained prompt (when carried) */
     fm_metrics_t metrics;
+    uint8_t nonce[FM_NONCE_BYTES]; /* its Task's */
 } fm_update_t;
 
 /* The Update envelope, encoded; *buf is malloc'd, the caller frees it. */

@@ -53,9 +53,14 @@ fm_status fm_wire_encode(Fedmoe__Envelope *env, uint8_t **buf, size_t *len);
  * fedmoe__envelope__free_unpacked(*out, NULL). */
 fm_status fm_wire_decode(const uint8_t *buf, size_t len, size_t max_len, Fedmoe__Envelope **out);
 
-/* The socket options both sides use: no high-water mark (a federated round is a
- * few large messages, never a flood), ZMTP heartbeats every 2 s with a 10 s
- * timeout so dead TCP peers are noticed. */
+/* Messages queued per peer and direction at the most (ZMQ_SNDHWM and
+ * ZMQ_RCVHWM). A round is a few messages per peer, so an honest peer never
+ * comes near it; what is sent to a peer that does not read is dropped beyond it
+ * (sends never wait), so such a peer cannot make the coordinator hold memory. */
+#define FM_WIRE_HWM 64
+
+/* The socket options both sides use: FM_WIRE_HWM, ZMTP heartbeats every 2 s with
+ * a 10 s timeout so dead TCP peers are noticed. */
 void fm_wire_tune_socket(void *socket);
 
 /* Sends env on a ZeroMQ socket; with a non-NULL identity (ROUTER) the identity
