@@ -26,6 +26,8 @@ typedef struct {
     bool insecure;         /* no CURVE (plain text; warned) */
 } fm_session_config_t;
 
+/* Loopback :5555, id HOST-PID, 2 specialists, a partition to be assigned, no
+ * state file, waiting for ever, CURVE (keys to be given). */
 void fm_session_config_default(fm_session_config_t *c);
 /* Runs until Shutdown or *stop (FM_OK), or a fatal error (rejected, bad data). */
 fm_status fm_session_run(const fm_session_config_t *cfg, volatile sig_atomic_t *stop);

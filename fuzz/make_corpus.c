@@ -62,9 +62,9 @@ int main(int argc, char **argv)
     t.global_prompt = &prompt;
     t.nonlocal_prompts = nll;
     t.n_nonlocal_prompts = 1;
-    uint8_t nonce[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
-    t.nonce.data = nonce;
-    t.nonce.len = sizeof nonce;
+    uint8_t nonce_bytes[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+    ProtobufCBinaryData nonce = {sizeof nonce_bytes, nonce_bytes};
+    t.nonce = nonce;
     env.body_case = FEDMOE__ENVELOPE__BODY_TASK;
     env.task = &t;
     write_env(argv[1], "task", &env);
@@ -78,8 +78,7 @@ int main(int argc, char **argv)
     u.prompt = &prompt;
     u.train_samples = 1000;
     u.metrics = &m;
-    u.nonce.data = nonce;
-    u.nonce.len = sizeof nonce;
+    u.nonce = nonce;
     env.body_case = FEDMOE__ENVELOPE__BODY_UPDATE;
     env.update = &u;
     write_env(argv[1], "update", &env);

@@ -93,6 +93,8 @@ fm_round_verdict fm_round_decide(fm_round_t *r, double now, int quorum);
  * not). Frees the participants. */
 void fm_round_close(fm_round_t *r, bool committed);
 
+/* The state as the round log writes it: "awaited", "completed", "rejected", or
+ * "dropped" (gone and dropped alike); static storage. */
 const char *fm_part_state_name(fm_part_state s);
 
 #endif

@@ -16,6 +16,8 @@
 #include "fedmoe/dataset.h"
 #include "fedmoe/log.h"
 
+#include "procs.h"
+
 static char dir[256];
 
 static void path(char *out, const char *name) { snprintf(out, 512, "%s/%s", dir, name); }
@@ -216,9 +218,6 @@ static void test_fashion_mnist(void **state)
 
 int main(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/fedmoe-test-dataset-XXXXXX");
-    if (!mkdtemp(dir))
-        return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_idx_good_files),
         cmocka_unit_test(test_idx_truncated_and_corrupt),
@@ -226,10 +225,5 @@ int main(void)
         cmocka_unit_test(test_csv),
         cmocka_unit_test(test_fashion_mnist),
     };
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0)
-        rc = rc ? rc : 1;
-    return rc;
+    return procs_run_tests("dataset", tests, sizeof tests / sizeof tests[0], dir, sizeof dir);
 }

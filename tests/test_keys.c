@@ -16,6 +16,8 @@
 #include "fedmoe/keys.h"
 #include "fedmoe/log.h"
 
+#include "procs.h"
+
 static char dir[64];
 
 static void write_file(const char *name, mode_t mode, const char *text)
@@ -142,18 +144,10 @@ static void test_allowlist(void **state)
 
 int main(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/fedmoe-test-keys-XXXXXX");
-    if (!mkdtemp(dir))
-        return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pair_round_trip_and_no_overwrite),
         cmocka_unit_test(test_bad_files_refused),
         cmocka_unit_test(test_allowlist),
     };
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (rc == 0 && system(cmd) != 0)
-        rc = 1;
-    return rc;
+    return procs_run_tests("keys", tests, sizeof tests / sizeof tests[0], dir, sizeof dir);
 }

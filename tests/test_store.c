@@ -14,7 +14,9 @@
 #include "fedmoe/log.h"
 #include "fedmoe/store.h"
 
-static char dir[] = "/tmp/fedmoe-test-store-XXXXXX";
+#include "procs.h"
+
+static char dir[64];
 static int seq;
 
 static void db_path(char *out, size_t cap) { snprintf(out, cap, "%s/log-%d.db", dir, ++seq); }
@@ -186,18 +188,10 @@ static void test_missing_folder_refused(void **state)
 int main(void)
 {
     fm_log_set_level(FM_LOG_ERROR);
-    if (!mkdtemp(dir))
-        return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_commit_and_resume_reads),
         cmocka_unit_test(test_older_schema_upgrade),
         cmocka_unit_test(test_missing_folder_refused),
     };
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    if (rc == 0) {
-        char cmd[128];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-        rc = system(cmd) != 0;
-    }
-    return rc;
+    return procs_run_tests("store", tests, sizeof tests / sizeof tests[0], dir, sizeof dir);
 }

@@ -9,6 +9,9 @@
 
 #include "fedmoe/status.h"
 
+/* Flag values: s parsed whole into *out and checked against min..max. On a bad
+ * value FM_ERR_ARG with a reason naming flag ("FLAG: 'x' is not an integer",
+ * "FLAG: 5 is out of range 1..4"); *out untouched. */
 fm_status fm_arg_long(const char *flag, const char *s, long min, long max, long *out);
 fm_status fm_arg_int(const char *flag, const char *s, int min, int max, int *out);
 fm_status fm_arg_double(const char *flag, const char *s, double min, double max, double *out);

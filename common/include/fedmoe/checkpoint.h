@@ -29,6 +29,9 @@ typedef struct {
     bool failed;
 } fm_ckpt_writer_t;
 
+/* Starts a blob of format magic, version in w (zeroed by the caller), then
+ * appends little-endian fields; an allocation failure sets w->failed and makes
+ * the rest no-ops (fm_ckpt_finish reports it). w owns its buffer. */
 void fm_ckpt_begin(fm_ckpt_writer_t *w, uint32_t magic, uint32_t version);
 void fm_ckpt_put_u8(fm_ckpt_writer_t *w, uint8_t v);
 void fm_ckpt_put_u32(fm_ckpt_writer_t *w, uint32_t v);

@@ -22,6 +22,7 @@ typedef struct {
                                  * never loading the test split (fm_split_holdout) */
 } fm_data_spec_t;
 
+/* Fashion-MNIST, the partition defaults, seed 1, a 25% test and 20% validation split. */
 void fm_data_spec_default(fm_data_spec_t *s);
 
 typedef struct {

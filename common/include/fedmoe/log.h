@@ -7,7 +7,10 @@
 
 typedef enum { FM_LOG_DEBUG, FM_LOG_INFO, FM_LOG_WARN, FM_LOG_ERROR } fm_log_level;
 
+/* Lines below level are not written (default INFO). */
 void fm_log_set_level(fm_log_level level);
+/* One line on stderr: UTC time, level, the message with control characters
+ * written as \xNN. */
 void fm_log(fm_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #define fm_debug(...) fm_log(FM_LOG_DEBUG, __VA_ARGS__)

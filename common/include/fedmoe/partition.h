@@ -40,6 +40,11 @@ typedef struct {
     uint32_t *index;
 } fm_partition_t;
 
+/* Splits examples 0..n-1 (labels[i] < classes) over clients by cfg, drawn from
+ * (seed, the partition stream) alone: everyone computes the same partition. p
+ * owns its arrays (fm_partition_free). FM_ERR_ARG with a reason for impossible
+ * settings (more clients than examples, a Dirichlet draw that cannot give every
+ * client min_samples in 1,000 tries). */
 fm_status fm_partition_make(fm_partition_t *p, const uint8_t *labels, size_t n, int classes, int clients,
                             uint64_t seed, const fm_partition_config_t *cfg);
 /* Frees what p owns and zeroes it (p itself is the caller's). */

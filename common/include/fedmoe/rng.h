@@ -49,6 +49,8 @@ typedef struct {
 /* The raw Philox4x32-10 bijection (exposed for known-answer tests). */
 void fm_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
 
+/* A generator at the start of (seed, stream) (a value, no resources), and its
+ * next 32 or 64 random bits. */
 void fm_rng_init(fm_rng_t *r, uint64_t seed, uint64_t stream);
 uint32_t fm_rng_u32(fm_rng_t *r);
 uint64_t fm_rng_u64(fm_rng_t *r);

@@ -34,11 +34,14 @@ typedef enum {
     FM_LR_COSINE, /* fm_lr_cosine(round, rounds, FM_LR_COSINE_FLOOR) */
 } fm_lr_schedule;
 #define FM_LR_COSINE_FLOOR 0.05f
+/* Name (static) and parse of a schedule, as for strategies below (FM_ARG_ENUM_NAMES). */
 const char *fm_lr_schedule_name(fm_lr_schedule s);
 fm_status fm_lr_schedule_parse(const char *flag, const char *name, fm_lr_schedule *out);
 /* The multiplier of round (1-based) out of rounds. */
 float fm_lr_schedule_scale(fm_lr_schedule s, int round, int rounds);
 
+/* A strategy's name (static storage; "?" out of range) and its inverse
+ * (FM_ERR_ARG with a reason naming flag and the five names). */
 const char *fm_strategy_name(fm_strategy s);
 fm_status fm_strategy_parse(const char *flag, const char *name, fm_strategy *out);
 /* Clients upload prompts and receive the global prompt. */

@@ -40,6 +40,7 @@ typedef struct {
     uint32_t prompt_rows, prompt_cols;
     int max_nonlocal; /* K */
 } fm_exchange_dims_t;
+/* The sizes of run s with a federated vector of nmodel floats (a value). */
 fm_exchange_dims_t fm_exchange_dims(const fm_run_spec_t *s, size_t nmodel);
 
 /* ---- Task: coordinator -> client ---- */
