@@ -147,6 +147,8 @@ static int lease_partition(fm_coordinator_t *c, int slot, const Fedmoe__Hello *h
     return part;
 }
 
+#define HELLO_LOG_EVERY_S 60.0
+
 static void log_client(fm_coordinator_t *c, const fm_client_t *cl)
 {
     fm_client_row_t row = {0};
@@ -189,6 +191,11 @@ static void handle_hello(fm_coordinator_t *c, const char *id, const Fedmoe__Hell
     }
     fm_client_t *cl = fm_registry_at(c->reg, slot);
     bool was = cl->connected;
+    /* a Hello that changes nothing is not written to the round log more than once
+     * a minute: a Hello flood must not cost a transaction (an fsync) each */
+    bool changed = !cl->greeted || cl->partition != part || cl->specialists != (int)h->specialists ||
+                   cl->train_samples != h->train_samples || cl->val_samples != h->val_samples ||
+                   cl->test_samples != h->test_samples;
     cl->partition = part;
     cl->specialists = (int)h->specialists;
     cl->ready = h->train_samples > 0;
@@ -199,15 +206,18 @@ static void handle_hello(fm_coordinator_t *c, const char *id, const Fedmoe__Hell
     cl->greeted = true;
     cl->last_seen = now;
     cl->benched_until = 0; /* a client that says hello starts afresh */
-    log_client(c, cl);
+    if (changed || now - cl->logged_at >= HELLO_LOG_EVERY_S) {
+        log_client(c, cl);
+        cl->logged_at = now;
+    }
     Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
     fm_welcome_pb_t w;
     fm_run_spec_welcome(&c->spec, c->run_id, part, (uint32_t)c->round.number, &w);
     env.body_case = FEDMOE__ENVELOPE__BODY_WELCOME;
     env.welcome = &w.welcome;
     fm_coord_emit(c, id, &env);
-    fm_info("client %s %s (partition %d, %u specialists)", id, was ? "said hello again" : "joined", part,
-            h->specialists);
+    fm_log(changed || !was ? FM_LOG_INFO : FM_LOG_DEBUG, "client %s %s (partition %d, %u specialists)", id,
+           was ? "said hello again" : "joined", part, h->specialists);
     /* a participant restarted mid-round lost its task: once it has its data again,
      * send the task again */
     fm_participant_t *p = fm_round_find(&c->round, slot);

@@ -25,6 +25,7 @@ typedef struct {
     int failures;           /* rounds in a row it was selected for and gave nothing usable */
     int benched_until;      /* not selected before this round (after failures; reset by hello) */
     double last_seen;       /* the coordinator's clock at its last message */
+    double logged_at;       /* when its row in the round log was last written */
     char first_seen[32];
     float *prompt;          /* committed pool entry (owned), or NULL */
 } fm_client_t;

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 #include <math.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -426,6 +427,41 @@ static void test_bad_bytes_and_unknown_clients(void **state)
     finish(&c);
 }
 
+/* SQLite's data_version of db as another connection sees it: it changes when
+ * the coordinator commits anything. */
+static int64_t data_version(sqlite3 *h)
+{
+    sqlite3_stmt *q;
+    assert_int_equal(sqlite3_prepare_v2(h, "PRAGMA data_version", -1, &q, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(q), SQLITE_ROW);
+    int64_t v = sqlite3_column_int64(q, 0);
+    sqlite3_finalize(q);
+    return v;
+}
+
+/* 200 Hellos that change nothing are all answered but cost no transaction (no
+ * fsync each: a flood must not stall the coordinator); a Hello that changes the
+ * client's counts is written at once. */
+static void test_hello_flood_writes_nothing(void **state)
+{
+    (void)state;
+    fm_server_config_t cfg;
+    small_config(&cfg, 2, 2);
+    fm_coordinator_t *c = start(&cfg);
+    hello(c, "a", 100, 0.0);
+    sqlite3 *h;
+    assert_int_equal(sqlite3_open_v2(cfg.db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    int64_t v0 = data_version(h);
+    for (int i = 0; i < 200; i++)
+        hello(c, "a", 100, 0.1 * i);
+    assert_int_equal(count_sent("a", FEDMOE__ENVELOPE__BODY_WELCOME, NULL), 201);
+    assert_true(data_version(h) == v0);
+    hello(c, "a", 120, 21.0); /* new counts */
+    assert_true(data_version(h) != v0);
+    sqlite3_close(h);
+    finish(&c);
+}
+
 int main(void)
 {
     fm_log_set_level(FM_LOG_ERROR);
@@ -438,6 +474,7 @@ int main(void)
         cmocka_unit_test(test_run_goes_on_without_silent_worker),
         cmocka_unit_test(test_resume_from_checkpoint),
         cmocka_unit_test(test_bad_bytes_and_unknown_clients),
+        cmocka_unit_test(test_hello_flood_writes_nothing),
     };
     return procs_run_tests("coordinator", tests, sizeof tests / sizeof tests[0], dir, sizeof dir);
 }

@@ -215,7 +215,9 @@ static void attack_non_reading_peer(const char *ep, const char *log, pid_t serve
     usleep(3000000); /* let it read them all */
     long after = rss_kb(server);
     fprintf(stderr, "  non-reading peer: coordinator RSS %ld -> %ld kB\n", before, after);
+#ifndef __SANITIZE_ADDRESS__ /* (AddressSanitizer's quarantine and redzones make RSS no measure) */
     assert_true(before > 0 && after - before < 8 * 1024); /* no bound: +12.9 MB after 100,000 */
+#endif
     peer_free(&p);
     char cmd[700], *out;
     snprintf(cmd, sizeof cmd, "grep -c 'client c3:' %s", log);
