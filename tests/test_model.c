@@ -476,6 +476,25 @@ static void test_config_errors(void **state)
     c.generalists = 0;
     c.specialists = 0;
     assert_int_equal(fm_model_config_check(&c), FM_ERR_ARG);
+    /* the count from the sizes is the registry's, for both stems */
+    for (int stem = 0; stem < 2; stem++) {
+        fm_model_config_default(&c);
+        c.stem = stem ? FM_STEM_CNN : FM_STEM_MLP;
+        fm_model_t *real = NULL;
+        assert_int_equal(fm_model_new(&real, &c, 1, 1), FM_OK);
+        assert_true(fm_model_config_parameters(&c) == (double)fm_params_total(fm_model_params(real)));
+        fm_model_destroy(&real);
+    }
+    /* every size within its own range, together far too large: refused before
+     * any allocation */
+    fm_model_config_default(&c);
+    c.d = 4096;
+    c.blocks = 64;
+    c.ffn_hidden = 65536;
+    m = (fm_model_t *)0x1;
+    assert_int_equal(fm_model_new(&m, &c, 1, 1), FM_ERR_ARG);
+    assert_null(m);
+    assert_non_null(strstr(fm_error_last(), "parameters, more than"));
     fm_model_config_default(&c);
     c.family = (fm_model_family_kind)7; /* no such family */
     assert_int_equal(fm_model_config_check(&c), FM_ERR_ARG);

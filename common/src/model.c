@@ -67,6 +67,11 @@ fm_status fm_model_config_check(const fm_model_config_t *c)
     return families[c->family]->check(c);
 }
 
+double fm_model_config_parameters(const fm_model_config_t *c)
+{
+    return (int)c->family >= 0 && (int)c->family < FAMILY_COUNT ? families[c->family]->parameters(c) : 0.0;
+}
+
 /* ---- the parameter registry's rules ------------------------------------------ */
 
 fm_status fm_model_add_param(fm_model_t *m, fm_view_t *view, fm_role role, fm_param_kind kind, int block,

@@ -45,6 +45,9 @@ struct fm_model_family {
     /* Family-specific configuration checks, after the common ones of
      * fm_model_config_check; a reason in fm_error_last on FM_ERR_ARG. */
     fm_status (*check)(const fm_model_config_t *c);
+    /* Parameters a model of c would have, from the sizes alone (double: absurd
+     * sizes cannot overflow). */
+    double (*parameters)(const fm_model_config_t *c);
     /* Allocates the model, registers and allocates its parameters and draws
      * their initial values with fm_model_init_params. cfg is checked. */
     fm_status (*create)(fm_model_t **out, const fm_model_config_t *cfg, uint64_t seed, uint64_t local_stream);

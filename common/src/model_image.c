@@ -204,6 +204,22 @@ static uint64_t image_signature(const fm_model_t *mm)
 
 /* ---- the family ---------------------------------------------------------------- */
 
+/* Parameters of the image model of c, counted from the sizes alone (in double,
+ * so absurd sizes cannot overflow), before anything is allocated. */
+static double image_parameters(const fm_model_config_t *c)
+{
+    double d = c->d, E = (double)c->generalists + c->specialists, H = c->ffn_hidden;
+    double stem = (double)c->in_dim * d + d;
+    if (c->stem == FM_STEM_CNN) {
+        double flat = (double)((c->img_h - CNN_K + 1) / 2 - CNN_K + 1) / 2 *
+                      (double)(((c->img_w - CNN_K + 1) / 2 - CNN_K + 1) / 2) * CNN_C2;
+        stem = CNN_C1 * (CNN_K * CNN_K + 1.0) + CNN_C2 * (CNN_C1 * CNN_K * CNN_K + 1.0) + flat * d + d;
+    }
+    double block = 2 * d + E * d + E * (2 * H * d + H + d);
+    double head = 2 * d + (double)c->prompt_len * c->prompt_dim + 4 * (d * d + d);
+    return stem + c->blocks * block + head;
+}
+
 static fm_status image_check(const fm_model_config_t *c)
 {
     FM_MODEL_REQUIRE(c->in_dim > 0 && c->in_dim <= 1 << 20, "model: in_dim %d out of range", c->in_dim);
@@ -221,6 +237,9 @@ static fm_status image_check(const fm_model_config_t *c)
                              w2 % 2 == 0,
                          "model: image %dx%d does not fit the cnn stem", c->img_h, c->img_w);
     }
+    double n = image_parameters(c);
+    FM_MODEL_REQUIRE(n <= FM_MODEL_MAX_PARAMETERS, "model: %.3g parameters, more than the %d this build allows", n,
+                     FM_MODEL_MAX_PARAMETERS);
     return FM_OK;
 }
 
@@ -248,6 +267,7 @@ static const fm_prompt_head_ops_t image_head = {
 const fm_model_family_t fm_family_image = {
     .name = "image",
     .check = image_check,
+    .parameters = image_parameters,
     .create = image_create,
     .destroy = image_destroy,
     .accepts = image_accepts,

@@ -65,6 +65,16 @@ fm_status fm_stem_parse(const char *flag, const char *name, fm_stem_kind *out);
 /* "mlp" or "cnn". */
 const char *fm_stem_name(fm_stem_kind k);
 
+/* The most parameters a model may have (64 Mi floats: 256 MiB of weights, 1 GiB
+ * with gradients and moments; the default model has 563,840). Checked from the
+ * sizes before anything is allocated, so a configuration from the network
+ * cannot make a client allocate without bound. */
+#define FM_MODEL_MAX_PARAMETERS (64 * 1024 * 1024)
+
+/* How many parameters a model of c would have, counted from its sizes alone
+ * (nothing is allocated; 0 for an unknown family). */
+double fm_model_config_parameters(const fm_model_config_t *c);
+
 /* Fills c with the defaults of DESIGN section 2. */
 void fm_model_config_default(fm_model_config_t *c);
 /* Checks sizes; on error records a reason (fm_error_last) and returns FM_ERR_ARG. */
