@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <zmq.h>
 
 #include "coordinator.h"
@@ -109,6 +110,25 @@ static void *open_socket(void *ctx, const fm_server_config_t *cfg, const fm_key_
     return sock;
 }
 
+/* Raises the open-file limit to its hard maximum (each client connection holds
+ * a file descriptor) and warns when it is below what the run's clients need. */
+static void raise_fd_limit(const fm_server_config_t *cfg)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+        getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    rlim_t need = (rlim_t)cfg->spec.partition_count + 64;
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need)
+        fm_warn("only %llu file descriptors (ulimit -n): fewer than the %d clients of this run can connect; raise "
+                "the hard limit",
+                (unsigned long long)rl.rlim_cur, cfg->spec.partition_count);
+}
+
 /* The coordinator's key pair and its ZAP handler with the allow-list, read and
  * checked before anything else is opened; nothing when insecure. */
 static fm_status start_security(const fm_server_config_t *cfg, void *ctx, fm_key_t *own, fm_zap_t **zap)
@@ -138,6 +158,7 @@ fm_status fm_coordinator_run(const fm_server_config_t *cfg, volatile sig_atomic_
     fm_status st = ctx ? start_security(cfg, ctx, &own, &zap) : FM_ERR_IO;
     if (st != FM_OK || (st = fm_coordinator_new(&c, cfg, send_zmq, &sock)) != FM_OK)
         goto out;
+    raise_fd_limit(cfg);
     if (cfg->insecure)
         fm_warn("INSECURE: --insecure given: no encryption and no authentication; anyone who reaches %s can "
                 "join, read and change the model",

@@ -433,6 +433,31 @@ static void test_same_id_connections_with_resets(void **state)
     assert_int_equal(procs_wait(server, 30), 0);
 }
 
+/* Each connection holds a file descriptor: the coordinator raises its soft limit
+ * to the hard one, and says so when even that is too low for the run. */
+static void test_fd_limit_raised_and_checked(void **state)
+{
+    (void)state;
+    const char *cases[][2] = {{"ulimit -Sn 100", "no warning"}, {"ulimit -n 100", "only 100 file descriptors"}};
+    for (int i = 0; i < 2; i++) {
+        char db[512], log[512], cmd[2048], *out;
+        char tag[16];
+        snprintf(tag, sizeof tag, "fd%d", i);
+        procs_files(tag, db, log);
+        snprintf(cmd, sizeof cmd,
+                 "sh -c '%s; exec timeout -s TERM 2 %s --insecure --bind tcp://127.0.0.1:* --db %s --partitions 200' "
+                 "2>&1",
+                 cases[i][0], BIN("server/fedmoe-server"), db);
+        procs_capture(cmd, &out);
+        if (i == 0)
+            assert_null(strstr(out, "file descriptors"));
+        else
+            assert_non_null(strstr(out, cases[i][1]));
+        assert_non_null(strstr(out, "listening on")); /* it starts either way */
+        free(out);
+    }
+}
+
 /* A control character in a peer's id or text comes out as \xNN: one event,
  * one log line. */
 static void test_log_lines_cannot_be_forged(void **state)
@@ -454,6 +479,7 @@ int main(void)
         cmocka_unit_test(test_client_refuses_rogue_coordinator),
         cmocka_unit_test(test_same_id_connections_with_resets),
         cmocka_unit_test(test_log_lines_cannot_be_forged),
+        cmocka_unit_test(test_fd_limit_raised_and_checked),
     };
     return procs_run_tests("security", tests, sizeof tests / sizeof tests[0], dir, sizeof dir);
 }
