@@ -3,6 +3,7 @@
 #include <string.h>
 #include <zmq.h>
 
+#include "fedmoe/clock.h"
 #include "fedmoe/keys.h"
 #include "fedmoe/log.h"
 #include "fedmoe/wire.h"
@@ -12,8 +13,8 @@ static fm_status watch_handshakes(fm_link_t *s)
 {
     const char *ep = "inproc://fedmoe-client-handshakes";
     if (zmq_socket_monitor(s->sock, ep,
-                           ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                               ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0 ||
+                           ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0 ||
         !(s->mon = zmq_socket(s->ctx, ZMQ_PAIR)) || zmq_connect(s->mon, ep) != 0) {
         fm_error_set("cannot watch the handshake: %s", zmq_strerror(zmq_errno()));
         return FM_ERR_IO;
@@ -21,19 +22,42 @@ static fm_status watch_handshakes(fm_link_t *s)
     return FM_OK;
 }
 
+/* The reason a refusal of our key gives (for the last error). */
+static void refused_reason(const fm_link_t *s)
+{
+    fm_error_set("the coordinator at %s refused this client's key (%s): it is not in the coordinator's allow-list, "
+                 "or was removed from it",
+                 s->cfg->connect, s->cfg->key);
+}
+
 fm_status fm_link_check(fm_link_t *s)
 {
     uint8_t ev[6];
     char addr[256];
+    double now = fm_clock_seconds();
     while (s->mon && zmq_recv(s->mon, ev, sizeof ev, ZMQ_DONTWAIT) == 6) {
         zmq_recv(s->mon, addr, sizeof addr, 0);
         uint16_t e;
+        uint32_t value;
         memcpy(&e, ev, 2);
-        if (e == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
-            fm_error_set("the coordinator at %s refused this client's key (%s): it is not in the coordinator's "
-                         "allow-list, or was removed from it",
-                         s->cfg->connect, s->cfg->key);
-            return FM_ERR_ARG;
+        memcpy(&value, ev + 2, 4);
+        if (e == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+            s->refused_since = 0.0;
+            s->unproven = false;
+            continue;
+        }
+        /* a refusal is not authenticated (anyone answering on the address can
+         * send one): the end only once refusals have gone on for a while */
+        if (e == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH && value == 400) {
+            if (s->refused_since == 0.0) {
+                s->refused_since = now;
+                refused_reason(s);
+                fm_warn("%s; retrying for %.0f s", fm_error_last(), FM_LINK_REFUSED_GIVE_UP_S);
+            } else if (now - s->refused_since >= FM_LINK_REFUSED_GIVE_UP_S) {
+                refused_reason(s);
+                return FM_ERR_ARG;
+            }
+            continue;
         }
         if (!s->unproven)
             fm_warn("handshake with %s failed: the coordinator did not prove the key in %s (another coordinator, "

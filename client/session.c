@@ -506,7 +506,9 @@ fm_status fm_session_run(const fm_session_config_t *cfg, volatile sig_atomic_t *
         if (!s.run_id[0]) {
             if (cfg->connect_timeout > 0 && now - started > cfg->connect_timeout) {
                 fm_error_set("no welcome from %s within %.0f s%s", cfg->connect, cfg->connect_timeout,
-                             s.link.unproven ? ": the coordinator did not prove the key in --server-key" : "");
+                             s.link.refused_since > 0.0 ? ": the coordinator refused this client's key"
+                             : s.link.unproven        ? ": the coordinator did not prove the key in --server-key"
+                                                      : "");
                 st = FM_ERR_IO;
                 break;
             }

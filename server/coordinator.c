@@ -54,23 +54,10 @@ int64_t fm_coord_emit(fm_coordinator_t *c, const char *id, Fedmoe__Envelope *env
  * must not flood the log (the rest are counted and the count logged). */
 #define WARNINGS_PER_SECOND 20
 
-void fm_coord_warnings_flush(fm_coordinator_t *c, double now)
-{
-    if (now < c->warn_second + 1.0)
-        return;
-    if (c->unwarned)
-        fm_warn("%d more refusals in the last second were not logged", c->unwarned);
-    c->warn_second = now;
-    c->warned = c->unwarned = 0;
-}
-
 static void send_error(fm_coordinator_t *c, const char *id, fm_wire_code code, const char *text)
 {
-    fm_coord_warnings_flush(c, c->now);
-    if (c->warned++ < WARNINGS_PER_SECOND)
+    if (fm_log_limit_take(&c->refusals, c->now, WARNINGS_PER_SECOND, "refusals"))
         fm_warn("client %s: %s", id, text);
-    else
-        c->unwarned++;
     uint8_t *buf;
     size_t len;
     if (fm_wire_encode_error(code, text, &buf, &len) == FM_OK) {

@@ -7,6 +7,7 @@
 #include "coordinator.h"
 #include "fedmoe/aggregate.h"
 #include "fedmoe/exchange.h"
+#include "fedmoe/log.h"
 #include "fedmoe/store.h"
 #include "fedmoe/wire.h"
 #include "registry.h"
@@ -28,16 +29,11 @@ struct fm_coordinator {
     fm_aggregator_t *agg_model, *agg_prompt;
     int64_t bytes_up, bytes_down; /* this round */
     double now;                   /* the time of the message or tick being handled */
-    double warn_second;           /* the second the refusal warnings below are counted in */
-    int warned, unwarned;         /* refusals logged in it, and not logged (over the limit) */
+    fm_log_limit_t refusals;      /* refusal warnings, at most WARNINGS_PER_SECOND */
     double waiting_logged;
     bool finished;
 };
 
-/* Logs how many refusals went unlogged once their second is over (send_error
- * logs at most WARNINGS_PER_SECOND a second); called for each refusal and tick
- * (coordinator.c). */
-void fm_coord_warnings_flush(fm_coordinator_t *c, double now);
 /* Sends participant p its Task (coordinator.c). */
 void fm_coord_send_task(fm_coordinator_t *c, fm_participant_t *p);
 /* Sends an envelope; returns its size in bytes, 0 when not encoded (coordinator.c). */

@@ -282,7 +282,7 @@ fm_status fm_coordinator_tick(fm_coordinator_t *c, double now)
 {
     if (c->finished)
         return FM_OK;
-    fm_coord_warnings_flush(c, now);
+    fm_log_limit_flush(&c->refusals, now, "refusals");
     sweep_silent(c, now);
     fm_status st = FM_OK;
     if (c->round.state == FM_ROUND_OPEN && (st = decide(c, now)) != FM_OK)

@@ -15,6 +15,9 @@
 #include "fedmoe/wire.h"
 
 #define POLL_S 0.2
+#define DROPS_PER_SECOND 20
+
+static fm_log_limit_t drops; /* messages dropped unread: at most DROPS_PER_SECOND logged */
 
 /* user points to the socket (bound after the coordinator said how large a
  * message may be). */
@@ -33,11 +36,14 @@ static bool authentic(const fm_zap_t *zap, zmq_msg_t *msg, const char *id)
         return true;
     const char *user = zmq_msg_gets(msg, "User-Id");
     if (!user || strcmp(user, id) != 0) {
-        fm_warn("dropped a message from a peer with the key of '%s' that calls itself '%s'", user ? user : "?", id);
+        if (fm_log_limit_take(&drops, fm_clock_seconds(), DROPS_PER_SECOND, "dropped messages"))
+            fm_warn("dropped a message from a peer with the key of '%s' that calls itself '%s'", user ? user : "?",
+                    id);
         return false;
     }
-    if (!fm_zap_allows(zap, id)) {
-        fm_warn("dropped a message from %s: its key was removed from the allow-list", id);
+    if (!fm_zap_allows(zap, id, zmq_msg_gets(msg, "X-Key"))) {
+        if (fm_log_limit_take(&drops, fm_clock_seconds(), DROPS_PER_SECOND, "dropped messages"))
+            fm_warn("dropped a message from %s: its key was removed from the allow-list or replaced", id);
         return false;
     }
     return true;
@@ -67,10 +73,16 @@ static void drain(fm_coordinator_t *c, void *sock, const fm_zap_t *zap)
             if (zmq_msg_recv(&msg, sock, ZMQ_DONTWAIT) < 0)
                 break;
         }
-        if (!id_ok)
-            fm_warn("dropped a message from a peer without a valid client id (set ZMQ_ROUTING_ID to [A-Za-z0-9._-]{1,63})");
-        else if (!have)
-            fm_warn("client %s: empty message", id);
+        bool say = (!id_ok || !have) && fm_log_limit_take(&drops, fm_clock_seconds(), DROPS_PER_SECOND,
+                                                           "dropped messages");
+        if (!id_ok) {
+            if (say)
+                fm_warn("dropped a message from a peer without a valid client id (set ZMQ_ROUTING_ID to "
+                        "[A-Za-z0-9._-]{1,63})");
+        } else if (!have) {
+            if (say)
+                fm_warn("client %s: empty message", id);
+        }
         else if (!authentic(zap, &msg, id))
             ; /* not answered: the peer is not who it says */
         else if (extra)

@@ -38,6 +38,7 @@ int main(int argc, char **argv)
     fm_server_config_from_options(&o, &cfg);
     fm_kernels_set_threads(1);
     fm_signals_install();
+    fm_signals_install_reload();
     fm_status st = fm_coordinator_run(&cfg, &fm_stop_requested, &fm_reload_requested);
     if (st == FM_ERR_ARG) { /* a configuration the user can fix: one plain line */
         fprintf(stderr, "fedmoe-server: %s\n", fm_error_last());

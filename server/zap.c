@@ -5,6 +5,7 @@
 #include <string.h>
 #include <zmq.h>
 
+#include "fedmoe/clock.h"
 #include "fedmoe/log.h"
 
 #define ZAP_ENDPOINT "inproc://zeromq.zap.01"
@@ -14,7 +15,10 @@ struct fm_zap {
     void *sock;
     char dir[1024];
     fm_allowlist_t *allow;
+    fm_log_limit_t refusals; /* at most REFUSALS_PER_SECOND logged */
 };
+
+#define REFUSALS_PER_SECOND 20
 
 fm_status fm_zap_open(fm_zap_t **out, void *ctx, const char *allow_dir)
 {
@@ -63,14 +67,29 @@ static int recv_request(void *sock, zmq_msg_t *f)
     return n;
 }
 
-static void send_reply(void *sock, const zmq_msg_t *request_id, const char *code, const char *text, const char *user)
+/* The reply; an admitted peer's metadata carries its public key as X-Key (Z85),
+ * which the daemon finds on every message of the connection. */
+static void send_reply(void *sock, const zmq_msg_t *request_id, const char *code, const char *text, const char *user,
+                       const uint8_t *key)
 {
+    uint8_t meta[1 + 5 + 4 + FM_KEY_Z85 + 1];
+    size_t mlen = 0;
+    if (key) {
+        char z85[FM_KEY_Z85 + 1];
+        zmq_z85_encode(z85, key, FM_KEY_BYTES);
+        meta[0] = 5;
+        memcpy(meta + 1, "X-Key", 5);
+        meta[6] = meta[7] = meta[8] = 0;
+        meta[9] = FM_KEY_Z85;
+        memcpy(meta + 10, z85, FM_KEY_Z85);
+        mlen = 10 + FM_KEY_Z85;
+    }
     zmq_send(sock, "1.0", 3, ZMQ_SNDMORE);
     zmq_send(sock, zmq_msg_data((zmq_msg_t *)request_id), zmq_msg_size((zmq_msg_t *)request_id), ZMQ_SNDMORE);
     zmq_send(sock, code, strlen(code), ZMQ_SNDMORE);
     zmq_send(sock, text, strlen(text), ZMQ_SNDMORE);
     zmq_send(sock, user, strlen(user), ZMQ_SNDMORE);
-    zmq_send(sock, "", 0, 0);
+    zmq_send(sock, meta, mlen, 0);
 }
 
 static bool frame_is(zmq_msg_t *m, const char *s)
@@ -89,14 +108,15 @@ void fm_zap_handle(fm_zap_t *z)
             id = fm_allowlist_id(z->allow, zmq_msg_data(&f[6]));
         if (n >= 2) {
             if (id) {
-                send_reply(z->sock, &f[1], "200", "OK", id);
+                send_reply(z->sock, &f[1], "200", "OK", id, zmq_msg_data(&f[6]));
             } else {
                 char addr[64] = "?";
                 if (n > 3)
                     snprintf(addr, sizeof addr, "%.*s", (int)(zmq_msg_size(&f[3]) < 46 ? zmq_msg_size(&f[3]) : 46),
                              (const char *)zmq_msg_data(&f[3]));
-                fm_warn("refused a peer at %s: its key is not in the allow-list", addr);
-                send_reply(z->sock, &f[1], "400", "key not allowed", "");
+                if (fm_log_limit_take(&z->refusals, fm_clock_seconds(), REFUSALS_PER_SECOND, "handshake refusals"))
+                    fm_warn("refused a peer at %s: its key is not in the allow-list", addr);
+                send_reply(z->sock, &f[1], "400", "key not allowed", "", NULL);
             }
         } else {
             zmq_send(z->sock, "", 0, 0); /* a REP socket must answer; a malformed request gets nothing useful */
@@ -118,7 +138,14 @@ void fm_zap_reload(fm_zap_t *z)
     fm_info("allow-list %s reloaded: %zu client keys", z->dir, fm_allowlist_count(fresh));
 }
 
-bool fm_zap_allows(const fm_zap_t *z, const char *id) { return fm_allowlist_has(z->allow, id); }
+bool fm_zap_allows(const fm_zap_t *z, const char *id, const char *key_z85)
+{
+    uint8_t key[FM_KEY_BYTES];
+    if (!key_z85 || strlen(key_z85) != FM_KEY_Z85 || !zmq_z85_decode(key, key_z85))
+        return false;
+    const char *owner = fm_allowlist_id(z->allow, key);
+    return owner && !strcmp(owner, id);
+}
 
 void fm_zap_close(fm_zap_t **z)
 {

@@ -2,10 +2,11 @@
  *
  * libzmq asks it about every CURVE handshake on the coordinator's socket; it
  * admits a peer whose public key is in the allow-list and names it by the id
- * of that key (the ZAP User-Id, which the daemon then finds on every message
- * of the connection), and refuses every other peer before any message of theirs
- * is read. The list is reread on request (SIGHUP); a key removed from it is
- * refused from then on, also on connections made before. */
+ * of that key (the ZAP User-Id) with the key itself as metadata (X-Key), which
+ * the daemon then finds on every message of the connection, and refuses every
+ * other peer before any message of theirs is read. The list is reread on
+ * request (SIGHUP); a key removed or replaced is refused from then on, also on
+ * connections made before. */
 #ifndef FEDMOE_ZAP_H
 #define FEDMOE_ZAP_H
 
@@ -24,8 +25,10 @@ void fm_zap_handle(fm_zap_t *z);
 /* Rereads the allow-list; on an error the old list stays and the reason is
  * logged. */
 void fm_zap_reload(fm_zap_t *z);
-/* Whether id's key is (still) in the allow-list. */
-bool fm_zap_allows(const fm_zap_t *z, const char *id);
+/* Whether the key a connection was admitted with (key_z85, the X-Key its
+ * messages carry) still belongs to id in the allow-list as it is now: false
+ * once that key was removed or replaced by another key for id. */
+bool fm_zap_allows(const fm_zap_t *z, const char *id, const char *key_z85);
 /* Closes the socket and frees the handler; sets *z to NULL; safe on NULL. */
 void fm_zap_close(fm_zap_t **z);
 

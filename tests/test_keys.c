@@ -79,9 +79,9 @@ static void test_bad_files_refused(void **state)
     write_file("mixed.key", 0600, text);
     assert_int_equal(read_key("mixed.key", true, &k), FM_ERR_FORMAT);
     assert_non_null(strstr(fm_error_last(), "does not belong"));
-    write_file("short.pub", 0644, "id = a\npublic = abc\n");
+    write_file("short.pub", 0644, "id = a\n\n# the key\npublic = abc\n");
     assert_int_equal(read_key("short.pub", false, &k), FM_ERR_FORMAT);
-    assert_non_null(strstr(fm_error_last(), "short.pub:2"));
+    assert_non_null(strstr(fm_error_last(), "short.pub:4")); /* blank and comment lines counted */
     snprintf(text, sizeof text, "id = a\npublic = %s\ncolour = blue\n", a.public_z85);
     write_file("odd.pub", 0644, text);
     assert_int_equal(read_key("odd.pub", false, &k), FM_ERR_FORMAT);
@@ -103,11 +103,17 @@ static void test_allowlist(void **state)
     assert_int_equal(mkdir(sub, 0700), 0);
     fm_key_t k[3];
     const char *ids[] = {"c0", "c1", "c2"};
+    fm_allowlist_t *a = NULL;
+    assert_int_equal(fm_allowlist_load(&a, sub), FM_OK); /* empty: nobody may join yet */
+    assert_int_equal(fm_allowlist_count(a), 0);
+    uint8_t any[FM_KEY_BYTES] = {1};
+    assert_null(fm_allowlist_id(a, any));
+    assert_false(fm_allowlist_has(a, "c0"));
+    fm_allowlist_free(&a);
     for (int i = 0; i < 3; i++) {
         assert_int_equal(fm_key_generate(&k[i], ids[i]), FM_OK);
         assert_int_equal(fm_key_write(&k[i], sub), FM_OK); /* .key files there are ignored */
     }
-    fm_allowlist_t *a = NULL;
     assert_int_equal(fm_allowlist_load(&a, sub), FM_OK);
     assert_int_equal(fm_allowlist_count(a), 3);
     for (int i = 0; i < 3; i++) {

@@ -494,7 +494,17 @@ static void test_config_errors(void **state)
     m = (fm_model_t *)0x1;
     assert_int_equal(fm_model_new(&m, &c, 1, 1), FM_ERR_ARG);
     assert_null(m);
-    assert_non_null(strstr(fm_error_last(), "parameters, more than"));
+    assert_non_null(strstr(fm_error_last(), "more than the"));
+    /* a tiny model with a huge frozen encoder (it once overflowed an int) */
+    fm_model_config_default(&c);
+    c.classes = 256;
+    c.prompt_len = 64;
+    c.prompt_dim = 4096;
+    c.text_hidden = 65536;
+    assert_int_equal(fm_model_config_check(&c), FM_ERR_ARG);
+    c.prompt_len = 4096; /* past its own range */
+    c.text_hidden = 1;
+    assert_int_equal(fm_model_config_check(&c), FM_ERR_ARG);
     fm_model_config_default(&c);
     c.family = (fm_model_family_kind)7; /* no such family */
     assert_int_equal(fm_model_config_check(&c), FM_ERR_ARG);

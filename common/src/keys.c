@@ -155,9 +155,13 @@ fm_status fm_key_read(const char *path, bool need_secret, fm_key_t *k)
     if (st != FM_OK)
         return st;
     int lineno = 0;
-    for (char *save = NULL, *line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
+    for (char *line = buf, *next; line; line = next) { /* every line, blank ones too, so errors name the right one */
+        next = strchr(line, '\n');
+        if (next)
+            *next++ = 0;
         if (!key_line(k, line, path, ++lineno))
             return FM_ERR_FORMAT;
+    }
     if (!k->id[0] || !k->public_z85[0]) {
         fm_error_set("%s: a key file needs an id and a public key", path);
         return FM_ERR_FORMAT;
@@ -289,7 +293,7 @@ fm_status fm_allowlist_load(fm_allowlist_t **out, const char *dir)
     fm_status st = read_dir(a, dir);
     if (st == FM_OK && !(a->by_id = malloc(sizeof *a->by_id * (a->n ? a->n : 1))))
         st = FM_ERR_NOMEM;
-    if (st == FM_OK) {
+    if (st == FM_OK && a->n > 0) { /* (an empty folder: nobody may join yet) */
         memcpy(a->by_id, a->by_key, sizeof *a->by_id * a->n);
         qsort(a->by_key, a->n, sizeof *a->by_key, cmp_key);
         qsort(a->by_id, a->n, sizeof *a->by_id, cmp_id);
@@ -317,7 +321,7 @@ const char *fm_allowlist_id(const fm_allowlist_t *a, const uint8_t key[FM_KEY_BY
 {
     allow_entry_t probe;
     memcpy(probe.key, key, FM_KEY_BYTES);
-    const allow_entry_t *e = a ? bsearch(&probe, a->by_key, a->n, sizeof probe, cmp_key) : NULL;
+    const allow_entry_t *e = a && a->n ? bsearch(&probe, a->by_key, a->n, sizeof probe, cmp_key) : NULL;
     return e ? e->id : NULL;
 }
 
@@ -325,7 +329,7 @@ bool fm_allowlist_has(const fm_allowlist_t *a, const char *id)
 {
     allow_entry_t probe;
     snprintf(probe.id, sizeof probe.id, "%s", id);
-    return a && bsearch(&probe, a->by_id, a->n, sizeof probe, cmp_id) != NULL;
+    return a && a->n && bsearch(&probe, a->by_id, a->n, sizeof probe, cmp_id) != NULL;
 }
 
 size_t fm_allowlist_count(const fm_allowlist_t *a) { return a ? a->n : 0; }

@@ -52,3 +52,24 @@ void fm_error_set(const char *fmt, ...)
 }
 
 const char *fm_error_last(void) { return g_error; }
+
+void fm_log_limit_flush(fm_log_limit_t *l, double now, const char *what)
+{
+    if (now < l->second + 1.0)
+        return;
+    if (l->dropped)
+        fm_warn("%d more %s in the last second were not logged", l->dropped, what);
+    l->second = now;
+    l->used = l->dropped = 0;
+}
+
+bool fm_log_limit_take(fm_log_limit_t *l, double now, int per_second, const char *what)
+{
+    fm_log_limit_flush(l, now, what);
+    if (l->used < per_second) {
+        l->used++;
+        return true;
+    }
+    l->dropped++;
+    return false;
+}

@@ -220,12 +220,25 @@ static double image_parameters(const fm_model_config_t *c)
     return stem + c->blocks * block + head;
 }
 
+/* Floats held besides the parameters (the frozen class-text encoder, the
+ * non-local prompts and their text features, the encoder's own activations). */
+static double image_frozen(const fm_model_config_t *c)
+{
+    double C = c->classes, dp = c->prompt_dim, Ht = c->text_hidden, d = c->d, K = c->max_nonlocal ? c->max_nonlocal : 1;
+    double tin = (c->prompt_len + 1.0) * dp;
+    double encoder = C * dp + Ht * tin + Ht + d * Ht + d;
+    double nonlocal = K * c->prompt_len * dp + K * C * d;
+    double scratch = C * (tin + 2 * Ht + 2 * d) + C * d;
+    return encoder + nonlocal + scratch;
+}
+
 static fm_status image_check(const fm_model_config_t *c)
 {
     FM_MODEL_REQUIRE(c->in_dim > 0 && c->in_dim <= 1 << 20, "model: in_dim %d out of range", c->in_dim);
     FM_MODEL_REQUIRE(c->classes >= 2 && c->classes <= 256, "model: classes %d out of range (2..256)", c->classes);
-    FM_MODEL_REQUIRE(c->prompt_len >= 1 && c->prompt_dim >= 1 && c->text_hidden >= 1,
-                     "model: prompt sizes must be positive");
+    FM_MODEL_REQUIRE(c->prompt_len >= 1 && c->prompt_len <= 64 && c->prompt_dim >= 1 && c->prompt_dim <= 4096 &&
+                         c->text_hidden >= 1 && c->text_hidden <= 65536,
+                     "model: prompt sizes out of range (prompt_len 1..64, prompt_dim 1..4096, text_hidden 1..65536)");
     FM_MODEL_REQUIRE(c->heads >= 1 && c->d % c->heads == 0, "model: heads %d must divide d %d", c->heads, c->d);
     FM_MODEL_REQUIRE(c->max_nonlocal >= 0 && c->max_nonlocal <= 64, "model: max_nonlocal %d out of range",
                      c->max_nonlocal);
@@ -237,8 +250,9 @@ static fm_status image_check(const fm_model_config_t *c)
                              w2 % 2 == 0,
                          "model: image %dx%d does not fit the cnn stem", c->img_h, c->img_w);
     }
-    double n = image_parameters(c);
-    FM_MODEL_REQUIRE(n <= FM_MODEL_MAX_PARAMETERS, "model: %.3g parameters, more than the %d this build allows", n,
+    double n = image_parameters(c) + image_frozen(c);
+    FM_MODEL_REQUIRE(n <= FM_MODEL_MAX_PARAMETERS,
+                     "model: %.3g parameters and frozen values, more than the %d this build allows", n,
                      FM_MODEL_MAX_PARAMETERS);
     return FM_OK;
 }

@@ -5,6 +5,8 @@
 #ifndef FEDMOE_LOG_H
 #define FEDMOE_LOG_H
 
+#include <stdbool.h>
+
 typedef enum { FM_LOG_DEBUG, FM_LOG_INFO, FM_LOG_WARN, FM_LOG_ERROR } fm_log_level;
 
 /* Lines below level are not written (default INFO). */
@@ -17,6 +19,19 @@ void fm_log(fm_log_level level, const char *fmt, ...) __attribute__((format(prin
 #define fm_info(...)  fm_log(FM_LOG_INFO, __VA_ARGS__)
 #define fm_warn(...)  fm_log(FM_LOG_WARN, __VA_ARGS__)
 #define fm_errorf(...) fm_log(FM_LOG_ERROR, __VA_ARGS__)
+
+/* A limit on the lines one source logs: at most per_second in a second; the
+ * rest are counted, and the count is logged ("N more WHAT in the last second
+ * were not logged") once the second is over. Zero-initialise. */
+typedef struct {
+    double second;   /* when the current second began (monotonic seconds) */
+    int used, dropped;
+} fm_log_limit_t;
+/* Whether a line may be written at now; ends an elapsed second first. */
+bool fm_log_limit_take(fm_log_limit_t *l, double now, int per_second, const char *what);
+/* Ends the second if it has elapsed (call it now and then: a flood that stopped
+ * still gets its count logged). */
+void fm_log_limit_flush(fm_log_limit_t *l, double now, const char *what);
 
 /* Records the reason for the error being returned (thread-local), control
  * characters written as \xNN so it stays one line. */

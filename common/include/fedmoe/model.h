@@ -65,10 +65,11 @@ fm_status fm_stem_parse(const char *flag, const char *name, fm_stem_kind *out);
 /* "mlp" or "cnn". */
 const char *fm_stem_name(fm_stem_kind k);
 
-/* The most parameters a model may have (64 Mi floats: 256 MiB of weights, 1 GiB
- * with gradients and moments; the default model has 563,840). Checked from the
- * sizes before anything is allocated, so a configuration from the network
- * cannot make a client allocate without bound. */
+/* The most floats a model may hold in parameters and frozen values (the image
+ * family's class-text encoder, non-local prompts) together: 64 Mi floats, 256 MiB
+ * of weights, about 1 GiB with gradients and moments; the default model has
+ * 563,840 parameters. Checked from the sizes before anything is allocated, so a
+ * configuration from the network cannot make a client allocate without bound. */
 #define FM_MODEL_MAX_PARAMETERS (64 * 1024 * 1024)
 
 /* How many parameters a model of c would have, counted from its sizes alone

@@ -1,5 +1,6 @@
 /* signals.h - the flags every program shares: SIGTERM and SIGINT set the stop
- * flag, SIGHUP the reload flag, SIGPIPE is ignored; loops poll them. */
+ * flag, SIGPIPE is ignored; in a daemon SIGHUP sets the reload flag (elsewhere
+ * it keeps its default: a closed terminal ends the program). Loops poll them. */
 #ifndef FEDMOE_SIGNALS_H
 #define FEDMOE_SIGNALS_H
 
@@ -12,5 +13,7 @@ extern volatile sig_atomic_t fm_stop_requested;
 extern volatile sig_atomic_t fm_reload_requested;
 /* Installs the handlers. */
 void fm_signals_install(void);
+/* Also takes SIGHUP as "reload" (fedmoe-server). */
+void fm_signals_install_reload(void);
 
 #endif
