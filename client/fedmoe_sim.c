@@ -413,7 +413,9 @@ static const fm_program_t program = {
     "Runs a federated training job on this machine: a fedmoe-server and N fedmoe-client\n"
     "processes on loopback, Fashion-MNIST split over the clients. Prints one line per round\n"
     "and a summary; the round log stays in the database for fedmoe-history (every sim adds\n"
-    "a new run). The coordinator gets the options below that it knows.\n"
+    "a new run). The coordinator gets the options below that it knows. Every connection is\n"
+    "encrypted and authenticated with CURVE keys made for the run in WORKDIR/keys (kept when\n"
+    "the folder is reused); --insecure runs without.\n"
     "\n",
     NULL,
     defaults,
