@@ -104,7 +104,10 @@ fm_status fm_link_open(fm_link_t *l, const fm_session_config_t *cfg)
         fm_error_set("cannot create a ZeroMQ socket: %s", zmq_strerror(zmq_errno()));
         return FM_ERR_IO;
     }
-    zmq_setsockopt(l->sock, ZMQ_ROUTING_ID, cfg->id, strlen(cfg->id));
+    /* with CURVE the coordinator knows us by our key; the routing id is libzmq's
+     * own (a fresh one per connection). Plain, the routing id is the client id. */
+    if (cfg->insecure)
+        zmq_setsockopt(l->sock, ZMQ_ROUTING_ID, cfg->id, strlen(cfg->id));
     int linger = 2000;
     zmq_setsockopt(l->sock, ZMQ_LINGER, &linger, sizeof linger);
     fm_wire_tune_socket(l->sock);

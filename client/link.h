@@ -1,7 +1,7 @@
-/* link.h - a client's connection to its coordinator: a DEALER socket whose
- * routing id is the client id, CURVE with the client's key pair and the
- * coordinator's pinned public key (unless insecure), and what its handshakes
- * say. */
+/* link.h - a client's connection to its coordinator: a DEALER socket with
+ * CURVE, the client's key pair and the coordinator's pinned public key (the
+ * coordinator knows the client by its key), or, when insecure, a plain socket
+ * whose routing id is the client id; and what its handshakes say. */
 #ifndef FEDMOE_LINK_H
 #define FEDMOE_LINK_H
 

@@ -3,11 +3,13 @@
  * coordinator object messages and clock ticks. */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <zmq.h>
 
 #include "coordinator.h"
+#include "routes.h"
 #include "zap.h"
 #include "fedmoe/clock.h"
 #include "fedmoe/keys.h"
@@ -19,85 +21,109 @@
 
 static fm_log_limit_t drops; /* messages dropped unread: at most DROPS_PER_SECOND logged */
 
-/* user points to the socket (bound after the coordinator said how large a
- * message may be). */
+/* What the send callback needs: the socket (bound after the coordinator said
+ * how large a message may be) and, with CURVE, the routes from ids to
+ * connections (NULL when insecure: the routing id is the client id). */
+typedef struct {
+    void *sock;
+    fm_routes_t *routes;
+} daemon_t;
+
 static fm_status send_zmq(void *user, const char *id, const uint8_t *data, size_t len)
 {
-    void *sock = *(void **)user;
-    return sock ? fm_wire_send_bytes(sock, id, data, len) : FM_ERR_STATE;
+    daemon_t *d = user;
+    if (!d->sock)
+        return FM_ERR_STATE;
+    if (!d->routes)
+        return fm_wire_send_bytes(d->sock, id, data, len);
+    size_t rlen;
+    const uint8_t *rid = fm_routes_get(d->routes, id, &rlen);
+    if (!rid) {
+        fm_error_set("no connection of %s", id);
+        return FM_ERR_STATE;
+    }
+    if (zmq_send(d->sock, rid, rlen, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 || zmq_send(d->sock, data, len, ZMQ_DONTWAIT) < 0) {
+        fm_error_set("send to %s: %s", id, zmq_strerror(zmq_errno()));
+        return FM_ERR_IO;
+    }
+    return FM_OK;
 }
 
-/* With CURVE: whether a message of connection id is from the owner of id's
- * key. The ZAP handler named the connection by its key (User-Id); a peer that
- * set another routing id, or whose key has since been removed, is not. */
-static bool authentic(const fm_zap_t *zap, zmq_msg_t *msg, const char *id)
+/* With CURVE: the id of the key a message came with (its ZAP User-Id) into id,
+ * if that key still belongs to that id in the allow-list (not removed or
+ * replaced since); false for a message to drop. The routing id plays no part:
+ * a peer cannot speak as another id by choosing one. */
+static bool key_id(const fm_zap_t *zap, zmq_msg_t *msg, char id[64])
 {
-    if (!zap)
-        return true;
     const char *user = zmq_msg_gets(msg, "User-Id");
-    if (!user || strcmp(user, id) != 0) {
-        if (fm_log_limit_take(&drops, fm_clock_seconds(), DROPS_PER_SECOND, "dropped messages"))
-            fm_warn("dropped a message from a peer with the key of '%s' that calls itself '%s'", user ? user : "?",
-                    id);
+    if (!user || !fm_wire_valid_id(user, strlen(user)))
+        return false; /* (the handler names every admitted connection) */
+    snprintf(id, 64, "%s", user);
+    if (fm_zap_allows(zap, id, zmq_msg_gets(msg, "X-Key")))
+        return true;
+    if (fm_log_limit_take(&drops, fm_clock_seconds(), DROPS_PER_SECOND, "dropped messages"))
+        fm_warn("dropped a message from %s: its key was removed from the allow-list or replaced", id);
+    return false;
+}
+
+/* Receives one message: the routing frame into idm, the payload into msg
+ * (surplus frames dropped, *extra set). Returns false when nothing waits. */
+static bool receive(void *sock, zmq_msg_t *idm, zmq_msg_t *msg, bool *have, bool *extra)
+{
+    zmq_msg_init(idm);
+    zmq_msg_init(msg);
+    if (zmq_msg_recv(idm, sock, ZMQ_DONTWAIT) < 0)
         return false;
-    }
-    if (!fm_zap_allows(zap, id, zmq_msg_gets(msg, "X-Key"))) {
-        if (fm_log_limit_take(&drops, fm_clock_seconds(), DROPS_PER_SECOND, "dropped messages"))
-            fm_warn("dropped a message from %s: its key was removed from the allow-list or replaced", id);
-        return false;
+    *have = zmq_msg_more(idm) && zmq_msg_recv(msg, sock, ZMQ_DONTWAIT) >= 0;
+    *extra = *have && zmq_msg_more(msg);
+    while (*have && zmq_msg_more(msg)) {
+        zmq_msg_close(msg);
+        zmq_msg_init(msg);
+        if (zmq_msg_recv(msg, sock, ZMQ_DONTWAIT) < 0)
+            break;
     }
     return true;
 }
 
-/* Reads every waiting message (identity frame + one payload frame). */
-static void drain(fm_coordinator_t *c, void *sock, const fm_zap_t *zap)
+/* Reads every waiting message and hands each to the coordinator under its
+ * client id: the key's id with CURVE, the routing id when insecure. */
+static void drain(fm_coordinator_t *c, daemon_t *d, const fm_zap_t *zap)
 {
-    for (;;) {
-        zmq_msg_t idm, msg;
-        zmq_msg_init(&idm);
-        if (zmq_msg_recv(&idm, sock, ZMQ_DONTWAIT) < 0) {
-            zmq_msg_close(&idm);
-            return;
-        }
+    zmq_msg_t idm, msg;
+    bool have, extra;
+    while (receive(d->sock, &idm, &msg, &have, &extra)) {
         char id[64] = "";
         size_t idn = zmq_msg_size(&idm);
-        bool id_ok = fm_wire_valid_id(zmq_msg_data(&idm), idn);
-        if (id_ok)
+        bool ok = have;
+        if (ok && zap) {
+            ok = key_id(zap, &msg, id) && fm_routes_set(d->routes, id, zmq_msg_data(&idm), idn) == FM_OK;
+        } else if (ok && (ok = fm_wire_valid_id(zmq_msg_data(&idm), idn))) {
             memcpy(id, zmq_msg_data(&idm), idn);
-        zmq_msg_init(&msg);
-        bool have = zmq_msg_more(&idm) && zmq_msg_recv(&msg, sock, ZMQ_DONTWAIT) >= 0;
-        bool extra = have && zmq_msg_more(&msg);
-        while (have && zmq_msg_more(&msg)) { /* drop surplus frames */
-            zmq_msg_close(&msg);
-            zmq_msg_init(&msg);
-            if (zmq_msg_recv(&msg, sock, ZMQ_DONTWAIT) < 0)
-                break;
+        } else if (have && fm_log_limit_take(&drops, fm_clock_seconds(), DROPS_PER_SECOND, "dropped messages")) {
+            fm_warn("dropped a message from a peer without a valid client id (set ZMQ_ROUTING_ID to "
+                    "[A-Za-z0-9._-]{1,63})");
         }
-        bool say = (!id_ok || !have) && fm_log_limit_take(&drops, fm_clock_seconds(), DROPS_PER_SECOND,
-                                                           "dropped messages");
-        if (!id_ok) {
-            if (say)
-                fm_warn("dropped a message from a peer without a valid client id (set ZMQ_ROUTING_ID to "
-                        "[A-Za-z0-9._-]{1,63})");
-        } else if (!have) {
-            if (say)
-                fm_warn("client %s: empty message", id);
-        }
-        else if (!authentic(zap, &msg, id))
-            ; /* not answered: the peer is not who it says */
-        else if (extra)
-            fm_wire_send_error(sock, id, FM_WIRE_MALFORMED, "a message is one frame");
-        else
+        if (ok && extra) {
+            uint8_t *buf;
+            size_t len;
+            if (fm_wire_encode_error(FM_WIRE_MALFORMED, "a message is one frame", &buf, &len) == FM_OK) {
+                send_zmq(d, id, buf, len);
+                free(buf);
+            }
+        } else if (ok) {
             fm_coordinator_handle(c, id, zmq_msg_data(&msg), zmq_msg_size(&msg), fm_clock_seconds());
+        }
         zmq_msg_close(&msg);
         zmq_msg_close(&idm);
     }
+    zmq_msg_close(&msg);
+    zmq_msg_close(&idm);
 }
 
-/* The ROUTER socket, bound. No ZMQ_ROUTER_HANDOVER: a second connection with a
- * routing id in use is refused by libzmq (with CURVE only the key's owner can
- * have that id), and handover with ZMTP heartbeats can abort libzmq 4.3.4
- * (stream_engine_base.cpp:331) when a taken-over connection is reset. */
+/* The ROUTER socket, bound. No ZMQ_ROUTER_HANDOVER: handover with ZMTP
+ * heartbeats can abort libzmq 4.3.4 (stream_engine_base.cpp:331) when a
+ * taken-over connection is reset. (With CURVE, routing ids name nobody: see
+ * routes.h.) */
 static void *open_socket(void *ctx, const fm_server_config_t *cfg, const fm_key_t *own, size_t max_message)
 {
     void *sock = zmq_socket(ctx, ZMQ_ROUTER);
@@ -163,19 +189,22 @@ static fm_status start_security(const fm_server_config_t *cfg, void *ctx, fm_key
 fm_status fm_coordinator_run(const fm_server_config_t *cfg, volatile sig_atomic_t *stop,
                              volatile sig_atomic_t *reload)
 {
-    void *ctx = zmq_ctx_new(), *sock = NULL;
+    void *ctx = zmq_ctx_new();
+    daemon_t d = {NULL, NULL};
     fm_coordinator_t *c = NULL;
     fm_zap_t *zap = NULL;
     fm_key_t own;
     fm_status st = ctx ? start_security(cfg, ctx, &own, &zap) : FM_ERR_IO;
-    if (st != FM_OK || (st = fm_coordinator_new(&c, cfg, send_zmq, &sock)) != FM_OK)
+    if (st == FM_OK && zap)
+        st = fm_routes_new(&d.routes);
+    if (st != FM_OK || (st = fm_coordinator_new(&c, cfg, send_zmq, &d)) != FM_OK)
         goto out;
     raise_fd_limit(cfg);
     if (cfg->insecure)
         fm_warn("INSECURE: --insecure given: no encryption and no authentication; anyone who reaches %s can "
                 "join, read and change the model",
                 cfg->bind);
-    if (!(sock = open_socket(ctx, cfg, &own, fm_coordinator_max_message(c)))) {
+    if (!(d.sock = open_socket(ctx, cfg, &own, fm_coordinator_max_message(c)))) {
         st = FM_ERR_IO;
         goto out;
     }
@@ -189,7 +218,7 @@ fm_status fm_coordinator_run(const fm_server_config_t *cfg, volatile sig_atomic_
             if (zap)
                 fm_zap_reload(zap);
         }
-        zmq_pollitem_t items[2] = {{sock, 0, ZMQ_POLLIN, 0}, {zap ? fm_zap_socket(zap) : NULL, 0, ZMQ_POLLIN, 0}};
+        zmq_pollitem_t items[2] = {{d.sock, 0, ZMQ_POLLIN, 0}, {zap ? fm_zap_socket(zap) : NULL, 0, ZMQ_POLLIN, 0}};
         long timeout = (long)(fm_coordinator_wait(c, fm_clock_seconds(), POLL_S) * 1000.0 + 1);
         if (zmq_poll(items, zap ? 2 : 1, timeout) < 0 && zmq_errno() != EINTR) {
             fm_error_set("poll: %s", zmq_strerror(zmq_errno()));
@@ -199,14 +228,15 @@ fm_status fm_coordinator_run(const fm_server_config_t *cfg, volatile sig_atomic_
         if (zap && (items[1].revents & ZMQ_POLLIN))
             fm_zap_handle(zap);
         if (items[0].revents & ZMQ_POLLIN)
-            drain(c, sock, zap);
+            drain(c, &d, zap);
     }
     if (st == FM_OK && !fm_coordinator_finished(c))
         st = fm_coordinator_stop(c);
 out:
     fm_coordinator_destroy(&c);
-    if (sock)
-        zmq_close(sock);
+    if (d.sock)
+        zmq_close(d.sock);
+    fm_routes_free(&d.routes);
     fm_zap_close(&zap);
     if (ctx)
         zmq_ctx_term(ctx);

@@ -25,8 +25,25 @@
 
 static char dir[256];
 
+/* The routing id of the client's connection, as the fake coordinator last saw
+ * it (a CURVE client sets none: libzmq gives it a random one). */
+static uint8_t g_rid[256];
+static int g_ridn;
+
+/* Sends env to the client's connection. */
+static void to_client(void *sock, Fedmoe__Envelope *env)
+{
+    uint8_t *buf;
+    size_t len;
+    assert_int_equal(fm_wire_encode(env, &buf, &len), FM_OK);
+    assert_int_equal(zmq_send(sock, g_rid, (size_t)g_ridn, ZMQ_SNDMORE), g_ridn);
+    assert_int_equal(zmq_send(sock, buf, len, 0), (int)len);
+    free(buf);
+}
+
 /* What a fake coordinator's ROUTER receives next of the given kind (heartbeats
- * and other kinds skipped), within 60 s; the sender's identity into id. */
+ * and other kinds skipped), within 60 s; the sender's routing id into g_rid
+ * (and, printable or not, into id). */
 static Fedmoe__Envelope *router_expect(void *sock, char id[64], int kind)
 {
     double end = fm_clock_seconds() + 60.0;
@@ -35,9 +52,11 @@ static Fedmoe__Envelope *router_expect(void *sock, char id[64], int kind)
         zmq_pollitem_t it = {sock, 0, ZMQ_POLLIN, 0};
         if (zmq_poll(&it, 1, 500) <= 0)
             continue;
-        int idn = zmq_recv(sock, id, 63, 0);
-        assert_true(idn > 0);
-        id[idn] = 0;
+        int idn = zmq_recv(sock, g_rid, sizeof g_rid, 0);
+        assert_true(idn > 0 && idn <= 255);
+        g_ridn = idn;
+        memcpy(id, g_rid, (size_t)(idn < 63 ? idn : 63));
+        id[idn < 63 ? idn : 63] = 0;
         int n = zmq_recv(sock, buf, sizeof buf, 0);
         assert_true(n > 0 && n <= (int)sizeof buf);
         Fedmoe__Envelope *e;
@@ -62,14 +81,14 @@ static pid_t fake_coordinated_client(void *sock, const char *name, const fm_run_
     char *argv[] = {BIN("client/fedmoe-client"), "--connect", ep, "--id", "c1", "--state-dir", wd, NULL};
     pid_t pid = procs_spawn_client(argv, log);
     Fedmoe__Envelope *e = router_expect(sock, id, FEDMOE__ENVELOPE__BODY_HELLO);
-    assert_string_equal(id, "c1");
+    assert_string_equal(e->hello->client_id, "c1"); /* its key's id */
     fedmoe__envelope__free_unpacked(e, NULL);
     Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
     fm_welcome_pb_t w;
     fm_run_spec_welcome(spec, "run-fake", 3, 1, &w);
     env.body_case = FEDMOE__ENVELOPE__BODY_WELCOME;
     env.welcome = &w.welcome;
-    assert_int_equal(fm_wire_send(sock, "c1", &env), FM_OK);
+    to_client(sock, &env);
     e = router_expect(sock, id, FEDMOE__ENVELOPE__BODY_HELLO); /* again, with its sample counts */
     assert_true(e->hello->train_samples > 0);
     fedmoe__envelope__free_unpacked(e, NULL);
@@ -111,7 +130,7 @@ static void test_client_checks_tasks(void **state)
     env.body_case = FEDMOE__ENVELOPE__BODY_TASK;
     env.task = &task;
     /* without its nonce: refused */
-    assert_int_equal(fm_wire_send(sock, "c1", &env), FM_OK);
+    to_client(sock, &env);
     e = router_expect(sock, id, FEDMOE__ENVELOPE__BODY_ERROR);
     assert_int_equal(e->error->code, FM_WIRE_MALFORMED);
     assert_non_null(strstr(e->error->text, "nonce"));
@@ -121,14 +140,14 @@ static void test_client_checks_tasks(void **state)
     task.nonce.len = sizeof nonce;
     for (int i = 0; i < 4; i++) {
         task.lr_scale = bad[i];
-        assert_int_equal(fm_wire_send(sock, "c1", &env), FM_OK);
+        to_client(sock, &env);
         e = router_expect(sock, id, FEDMOE__ENVELOPE__BODY_ERROR);
         assert_int_equal(e->error->code, FM_WIRE_BAD_VALUE);
         assert_non_null(strstr(e->error->text, "lr_scale"));
         fedmoe__envelope__free_unpacked(e, NULL);
     }
     task.lr_scale = 0.5f;
-    assert_int_equal(fm_wire_send(sock, "c1", &env), FM_OK);
+    to_client(sock, &env);
     e = router_expect(sock, id, FEDMOE__ENVELOPE__BODY_UPDATE);
     assert_int_equal(e->update->round, 1);
     assert_int_equal(e->update->nonce.len, 16); /* its Task's, echoed */
@@ -139,7 +158,7 @@ static void test_client_checks_tasks(void **state)
     Fedmoe__Shutdown sd = FEDMOE__SHUTDOWN__INIT;
     env.body_case = FEDMOE__ENVELOPE__BODY_SHUTDOWN;
     env.shutdown = &sd;
-    assert_int_equal(fm_wire_send(sock, "c1", &env), FM_OK);
+    to_client(sock, &env);
     assert_int_equal(procs_wait(pid, 30), 0);
     router_close(sock);
     zmq_ctx_term(ctx);
@@ -168,7 +187,7 @@ static void test_client_stops_mid_training(void **state)
     task.nonce.len = sizeof nonce;
     env.body_case = FEDMOE__ENVELOPE__BODY_TASK;
     env.task = &task;
-    assert_int_equal(fm_wire_send(sock, "c1", &env), FM_OK);
+    to_client(sock, &env);
     for (int beats = 0; beats < 2; beats++) { /* heartbeats come from inside the local step */
         e = router_expect(sock, id, FEDMOE__ENVELOPE__BODY_HEARTBEAT);
         fedmoe__envelope__free_unpacked(e, NULL);
@@ -230,7 +249,7 @@ static void test_client_refuses_data_paths(void **state)
     fm_run_spec_welcome(&spec, "run-fake", 0, 1, &w);
     env.body_case = FEDMOE__ENVELOPE__BODY_WELCOME;
     env.welcome = &w.welcome;
-    assert_int_equal(fm_wire_send(sock, "c1", &env), FM_OK);
+    to_client(sock, &env);
     assert_int_equal(procs_wait(pid, 30), 2);
     char cmd[700], *out;
     snprintf(cmd, sizeof cmd, "grep -c 'takes only a named dataset' %s", log);
