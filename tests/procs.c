@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "fedmoe/clock.h"
 #include "fedmoe/keys.h"
 #include "fedmoe/spawn.h"
 #include "fedmoe/store.h"
@@ -275,6 +276,32 @@ int procs_send_env(void *sock, Fedmoe__Envelope *env)
     int rc = zmq_send(sock, buf, len, 0) == (int)len ? 0 : -1;
     free(buf);
     return rc;
+}
+
+Fedmoe__Envelope *procs_recv_kind(void *sock, int kind, double seconds, uint8_t *rid, int *ridn)
+{
+    double end = fm_clock_seconds() + seconds;
+    while (fm_clock_seconds() < end) {
+        zmq_pollitem_t it = {sock, 0, ZMQ_POLLIN, 0};
+        if (zmq_poll(&it, 1, 100) <= 0)
+            continue;
+        if (rid) {
+            int n = zmq_recv(sock, rid, 256, 0);
+            assert_true(n > 0 && n <= 255);
+            *ridn = n;
+        }
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        Fedmoe__Envelope *e = NULL;
+        if (zmq_msg_recv(&m, sock, 0) >= 0)
+            fm_wire_decode(zmq_msg_data(&m), zmq_msg_size(&m), 1u << 30, &e);
+        zmq_msg_close(&m);
+        if (e && (kind == 0 || (int)e->body_case == kind))
+            return e;
+        if (e)
+            fedmoe__envelope__free_unpacked(e, NULL);
+    }
+    return NULL;
 }
 
 void procs_hello(Fedmoe__Envelope *env, Fedmoe__Hello *h, const char *id, int partition, uint64_t train_samples)

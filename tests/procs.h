@@ -24,6 +24,10 @@ int procs_run_tests(const char *name, const struct CMUnitTest *tests, size_t n, 
  * metrics. Return 0 when sent. */
 
 int procs_send_env(void *sock, Fedmoe__Envelope *env);
+/* The next message of kind on sock (others, and what does not decode, skipped;
+ * kind 0 takes any) within seconds, or NULL; the caller frees it. On a ROUTER
+ * (rid not NULL) the sender's routing id goes into rid (256 bytes) and *ridn. */
+Fedmoe__Envelope *procs_recv_kind(void *sock, int kind, double seconds, uint8_t *rid, int *ridn);
 /* Fills env and h (the caller's) as a Hello from id for partition (-1: assign
  * one) with train_samples (0: no data yet), a quarter of it validation and a
  * third test, 2 specialists, this protocol version. */

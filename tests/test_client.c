@@ -46,27 +46,12 @@ static void to_client(void *sock, Fedmoe__Envelope *env)
  * (and, printable or not, into id). */
 static Fedmoe__Envelope *router_expect(void *sock, char id[64], int kind)
 {
-    double end = fm_clock_seconds() + 60.0;
-    static uint8_t buf[1 << 16];
-    while (fm_clock_seconds() < end) {
-        zmq_pollitem_t it = {sock, 0, ZMQ_POLLIN, 0};
-        if (zmq_poll(&it, 1, 500) <= 0)
-            continue;
-        int idn = zmq_recv(sock, g_rid, sizeof g_rid, 0);
-        assert_true(idn > 0 && idn <= 255);
-        g_ridn = idn;
-        memcpy(id, g_rid, (size_t)(idn < 63 ? idn : 63));
-        id[idn < 63 ? idn : 63] = 0;
-        int n = zmq_recv(sock, buf, sizeof buf, 0);
-        assert_true(n > 0 && n <= (int)sizeof buf);
-        Fedmoe__Envelope *e;
-        assert_int_equal(fm_wire_decode(buf, (size_t)n, sizeof buf, &e), FM_OK);
-        if ((int)e->body_case == kind)
-            return e;
-        fedmoe__envelope__free_unpacked(e, NULL);
-    }
-    fail_msg("nothing of kind %d within 60 s", kind);
-    return NULL;
+    Fedmoe__Envelope *e = procs_recv_kind(sock, kind, 60.0, g_rid, &g_ridn);
+    if (!e)
+        fail_msg("nothing of kind %d within 60 s", kind);
+    memcpy(id, g_rid, (size_t)(g_ridn < 63 ? g_ridn : 63));
+    id[g_ridn < 63 ? g_ridn : 63] = 0;
+    return e;
 }
 
 /* A real client, id c1, welcomed by a fake coordinator on sock into a run of spec

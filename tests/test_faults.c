@@ -40,23 +40,7 @@ static void send_env(void *sock, Fedmoe__Envelope *env) { assert_int_equal(procs
 
 static Fedmoe__Envelope *recv_kind(void *sock, Fedmoe__Envelope__BodyCase kind, int timeout_ms)
 {
-    zmq_setsockopt(sock, ZMQ_RCVTIMEO, &timeout_ms, sizeof timeout_ms);
-    for (int i = 0; i < 20; i++) {
-        zmq_msg_t m;
-        zmq_msg_init(&m);
-        if (zmq_msg_recv(&m, sock, 0) < 0) {
-            zmq_msg_close(&m);
-            return NULL;
-        }
-        Fedmoe__Envelope *e = NULL;
-        fm_wire_decode(zmq_msg_data(&m), zmq_msg_size(&m), 1u << 30, &e);
-        zmq_msg_close(&m);
-        if (e && e->body_case == kind)
-            return e;
-        if (e)
-            fedmoe__envelope__free_unpacked(e, NULL);
-    }
-    return NULL;
+    return procs_recv_kind(sock, (int)kind, timeout_ms / 1000.0, NULL, NULL);
 }
 
 static void heartbeat(void *sock)

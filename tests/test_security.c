@@ -96,21 +96,11 @@ static int hello_answer(void *sock, const char *id, double seconds)
     zmq_setsockopt(sock, ZMQ_SNDTIMEO, &ms, sizeof ms);
     if (procs_send_env(sock, &env) != 0)
         return 0;
-    double end = fm_clock_seconds() + seconds;
-    static uint8_t buf[1 << 20];
-    while (fm_clock_seconds() < end) {
-        zmq_pollitem_t it = {sock, 0, ZMQ_POLLIN, 0};
-        if (zmq_poll(&it, 1, 200) <= 0)
-            continue;
-        int n = zmq_recv(sock, buf, sizeof buf, 0);
-        Fedmoe__Envelope *e = NULL;
-        if (n > 0 && fm_wire_decode(buf, (size_t)n, sizeof buf, &e) == FM_OK) {
-            int kind = (int)e->body_case;
-            fedmoe__envelope__free_unpacked(e, NULL);
-            return kind;
-        }
-    }
-    return 0;
+    Fedmoe__Envelope *e = procs_recv_kind(sock, 0, seconds, NULL, NULL);
+    int kind = e ? (int)e->body_case : 0;
+    if (e)
+        fedmoe__envelope__free_unpacked(e, NULL);
+    return kind;
 }
 
 static bool log_has(const char *log, const char *text)
