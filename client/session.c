@@ -36,7 +36,6 @@ typedef struct {
     const fm_session_config_t *cfg;
     volatile sig_atomic_t *stop; /* set by a signal: leave, even mid-training */
     fm_link_t link;       /* the connection to the coordinator */
-    void *sock;           /* link.sock */
     char run_id[64];
     fm_run_spec_t spec;
     int partition;
@@ -78,7 +77,7 @@ static void send_hello(session_t *s)
     }
     env.body_case = FEDMOE__ENVELOPE__BODY_HELLO;
     env.hello = &h;
-    if (fm_wire_send(s->sock, NULL, &env) != FM_OK)
+    if (fm_wire_send(s->link.sock, NULL, &env) != FM_OK)
         fm_warn("hello not sent: %s", fm_error_last());
 }
 
@@ -299,7 +298,7 @@ static void beat_if_due(session_t *s)
     hb.unix_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
     env.body_case = FEDMOE__ENVELOPE__BODY_HEARTBEAT;
     env.heartbeat = &hb;
-    fm_wire_send(s->sock, NULL, &env);
+    fm_wire_send(s->link.sock, NULL, &env);
     s->last_beat = now;
 }
 
@@ -379,7 +378,7 @@ static fm_status handle_welcome(session_t *s, const Fedmoe__Welcome *w)
 static void reply_error(session_t *s, fm_wire_code code, const char *text)
 {
     fm_warn("%s", text);
-    fm_wire_send_error(s->sock, NULL, code, text);
+    fm_wire_send_error(s->link.sock, NULL, code, text);
 }
 
 /* Restores, before training round `round`, the state it must start from:
@@ -423,7 +422,7 @@ static fm_status upload(session_t *s, uint32_t round, const uint8_t *nonce, cons
     size_t len = 0;
     st = fm_exchange_encode_update(&s->spec, &s->dims, &u, &buf, &len);
     if (st == FM_OK)
-        st = fm_wire_send_bytes(s->sock, NULL, buf, len);
+        st = fm_wire_send_bytes(s->link.sock, NULL, buf, len);
     free(buf);
     if (st != FM_OK)
         fm_warn("round %u: update not sent: %s", round, fm_error_last());
@@ -488,12 +487,11 @@ fm_status fm_session_run(const fm_session_config_t *cfg, volatile sig_atomic_t *
     fm_status st = fm_link_open(&s.link, cfg);
     if (st != FM_OK)
         goto out;
-    s.sock = s.link.sock;
     fm_info("client %s connecting to %s (%s)", cfg->id, cfg->connect, cfg->insecure ? "INSECURE" : "CURVE");
     send_hello(&s);
     double last_hello = fm_clock_seconds(), started = fm_clock_seconds();
     while (!*stop) {
-        zmq_pollitem_t items[2] = {{s.sock, 0, ZMQ_POLLIN, 0}, {s.link.mon, 0, ZMQ_POLLIN, 0}};
+        zmq_pollitem_t items[2] = {{s.link.sock, 0, ZMQ_POLLIN, 0}, {s.link.mon, 0, ZMQ_POLLIN, 0}};
         if (zmq_poll(items, s.link.mon ? 2 : 1, 500) < 0 && zmq_errno() != EINTR) {
             fm_error_set("poll: %s", zmq_strerror(zmq_errno()));
             st = FM_ERR_IO;
@@ -523,7 +521,7 @@ fm_status fm_session_run(const fm_session_config_t *cfg, volatile sig_atomic_t *
             continue;
         zmq_msg_t msg;
         zmq_msg_init(&msg);
-        if (zmq_msg_recv(&msg, s.sock, ZMQ_DONTWAIT) < 0) {
+        if (zmq_msg_recv(&msg, s.link.sock, ZMQ_DONTWAIT) < 0) {
             zmq_msg_close(&msg);
             continue;
         }

@@ -141,7 +141,6 @@ void fm_model_destroy(fm_model_t **mp)
 
 const fm_model_config_t *fm_model_config(const fm_model_t *m) { return &m->cfg; }
 fm_params_t *fm_model_params(fm_model_t *m) { return &m->ps; }
-int fm_model_experts(const fm_model_t *m) { return m->experts; }
 
 fm_status fm_model_accepts(const fm_model_t *m, const fm_dataset_t *ds, const char *who)
 {
@@ -159,7 +158,6 @@ void fm_model_anchor_specialists(fm_model_t *m, float rate) { m->family->anchor(
 
 float *fm_model_prompt(fm_model_t *m) { return m->family->head ? m->family->head->prompt(m) : NULL; }
 size_t fm_model_prompt_size(const fm_model_t *m) { return m->family->head ? m->family->head->prompt_size(m) : 0; }
-int fm_model_nonlocal_count(const fm_model_t *m) { return m->family->head ? m->family->head->nonlocal_count(m) : 0; }
 
 const float *fm_model_text_features(fm_model_t *m)
 {

@@ -28,7 +28,6 @@ struct fm_model {
     fm_model_config_t cfg;
     fm_params_t ps;               /* the model's parameters; registered by the family */
     fm_level gate_level;          /* the level of FM_ROLE_GATING parameters */
-    int experts;                  /* experts per MoE block: G + S */
 };
 
 /* The operations of a prompt-expert head (model.h: fm_model_prompt ...). */
@@ -36,7 +35,6 @@ typedef struct {
     float *(*prompt)(fm_model_t *m);
     size_t (*prompt_size)(const fm_model_t *m);
     fm_status (*set_nonlocal)(fm_model_t *m, const float *prompts, int K);
-    int (*nonlocal_count)(const fm_model_t *m);
     const float *(*text_features)(fm_model_t *m);
 } fm_prompt_head_ops_t;
 

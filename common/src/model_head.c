@@ -183,8 +183,6 @@ fm_status fm_head_set_nonlocal(fm_model_t *mm, const float *prompts, int K)
     return FM_OK;
 }
 
-int fm_head_nonlocal_count(const fm_model_t *m) { return ((const fm_image_t *)m)->head.K; }
-
 const float *fm_head_text_features(fm_model_t *mm)
 {
     fm_image_t *m = (fm_image_t *)mm;

@@ -52,7 +52,7 @@ static fm_status image_create(fm_model_t **out, const fm_model_config_t *cfg, ui
     fm_status st = FM_ERR_NOMEM;
     m->base.family = &fm_family_image;
     m->base.cfg = *cfg;
-    m->base.experts = m->E = cfg->generalists + cfg->specialists;
+    m->E = cfg->generalists + cfg->specialists;
     m->k = cfg->top_k < m->E ? cfg->top_k : m->E;
     m->hd = cfg->d / cfg->heads;
     m->base.gate_level = cfg->gating_on_validation ? FM_LEVEL_UPPER : FM_LEVEL_LOWER;
@@ -274,7 +274,6 @@ static const fm_prompt_head_ops_t image_head = {
     .prompt = fm_head_prompt,
     .prompt_size = fm_head_prompt_size,
     .set_nonlocal = fm_head_set_nonlocal,
-    .nonlocal_count = fm_head_nonlocal_count,
     .text_features = fm_head_text_features,
 };
 

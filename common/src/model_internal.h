@@ -202,7 +202,6 @@ void fm_head_backward(fm_image_t *m, int B, bool lo, bool train_gate);
 void fm_head_prompt_backward(fm_image_t *m);
 /* The image family's prompt-head operations (model_family.h; m is an fm_image_t). */
 fm_status fm_head_set_nonlocal(fm_model_t *m, const float *prompts, int K);
-int fm_head_nonlocal_count(const fm_model_t *m);
 const float *fm_head_text_features(fm_model_t *m);
 float *fm_head_prompt(fm_model_t *m);
 size_t fm_head_prompt_size(const fm_model_t *m);

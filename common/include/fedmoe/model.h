@@ -107,8 +107,6 @@ size_t fm_model_prompt_size(const fm_model_t *m);
 /* FM_OK when ds has the shape this model reads (features, classes); otherwise
  * FM_ERR_ARG with a reason beginning with who (fm_error_last). */
 fm_status fm_model_accepts(const fm_model_t *m, const fm_dataset_t *ds, const char *who);
-/* Experts per block for this client: G + S. */
-int fm_model_experts(const fm_model_t *m);
 /* Pulls every specialist expert toward the mean of its block's generalists:
  * w_s -= rate * (w_s - mean_g w_g) for each weight and bias (the generalists do
  * not move). No effect without generalists or specialists, or with rate 0. */
@@ -121,8 +119,6 @@ void fm_model_anchor_specialists(fm_model_t *m, float rate);
  * prompts of its forward. FM_ERR_ARG when K is not in 0..max_nonlocal, or K > 0
  * and the family has no prompt head. */
 fm_status fm_model_set_nonlocal(fm_model_t *m, const float *prompts, int K);
-/* K as last set by fm_model_set_nonlocal (0 at first). */
-int fm_model_nonlocal_count(const fm_model_t *m);
 
 typedef struct {
     float loss;          /* mean cross-entropy */
