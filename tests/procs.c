@@ -256,7 +256,7 @@ int procs_run_tests(const char *name, const struct CMUnitTest *tests, size_t n, 
     signal(SIGPIPE, SIG_IGN);
     int rc = _cmocka_run_group_tests(name, tests, n, NULL, NULL);
     kill_leftovers();
-    if (rc == 0) {
+    if (rc == 0 && !getenv("FM_TEST_KEEP")) { /* FM_TEST_KEEP=1 keeps the logs of a passing run */
         char cmd[400];
         snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
         if (system(cmd) != 0)

@@ -101,7 +101,14 @@ static uint32_t join_and_stall(const char *endpoint, const char *db)
     return stalled_round;
 }
 
-/* The round log of the run: 8 rounds, each with its quorum; the staller dropped
+/* Rounds of the killed-and-stalled run: the killed client is restarted after
+ * about round 5 and needs ~2.5 s (rounds take ~1.2 s) to load its data before
+ * it can be selected again, so the run leaves it several rounds to come back. */
+#define FAULT_ROUNDS 12
+#define FM_STR_(x) #x
+#define FM_STR(x) FM_STR_(x)
+
+/* The round log of the run: FAULT_ROUNDS rounds, each with its quorum; the staller dropped
  * in its round, client c3 dropped in the round it was killed in and completing
  * rounds after it came back. */
 static void check_dropped_and_back(const char *db, uint32_t stalled_round, int killed_in)
@@ -110,7 +117,7 @@ static void check_dropped_and_back(const char *db, uint32_t stalled_round, int k
     fm_client_round_row_t *cr;
     int nr, nc;
     procs_finished_run(db, &r, &nr, &cr, &nc);
-    assert_int_equal(nr, 8);
+    assert_int_equal(nr, FAULT_ROUNDS);
     bool staller_dropped = false, c3_dropped = false, c3_back = false;
     for (int i = 0; i < nc; i++) {
         if (!strcmp(cr[i].client_id, "staller") && cr[i].round == (int)stalled_round)
@@ -138,8 +145,8 @@ static void test_killed_and_stalled_clients(void **state)
     char db[512], log[512], endpoint[64];
     procs_files("clients", db, log);
     snprintf(endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", 21000 + (getpid() % 20000));
-    char *sargv[] = {BIN("server/fedmoe-server"), "--bind", endpoint, "--db", db, "--rounds", "8", "--min-clients", "3",
-                     "--partitions", "5", "--round-timeout", "8", "--client-timeout", "4", NULL};
+    char *sargv[] = {BIN("server/fedmoe-server"), "--bind", endpoint, "--db", db, "--rounds", FM_STR(FAULT_ROUNDS),
+                     "--min-clients", "3", "--partitions", "5", "--round-timeout", "8", "--client-timeout", "4", NULL};
     char staller_key[512];
     procs_client_keys("c", 4);
     procs_client_key("staller", staller_key);
@@ -163,6 +170,8 @@ static void test_killed_and_stalled_clients(void **state)
     for (int i = 0; i < 600 && procs_committed_rounds(db) < killed_in; i++)
         usleep(50000);
     assert_true(procs_committed_rounds(db) >= killed_in);
+    fprintf(stderr, "  staller stalled in round %u; c3 killed in round %d, restarted after %d rounds\n", stalled_round,
+            killed_in, procs_committed_rounds(db));
     c[3] = start_client(endpoint, 3, 5, "clients", true);
     assert_int_equal(procs_wait(server, 240), 0);
     for (int i = 0; i < 4; i++)
