@@ -74,6 +74,8 @@ static void send_hello(session_t *s)
         h.train_samples = s->data.train.n;
         h.val_samples = s->data.val.n;
         h.test_samples = s->data.test.n;
+        /* data of its own: the coordinator cannot know its sizes and caps its weight */
+        h.own_data = s->cfg->dataset[0] && strcmp(s->cfg->dataset, s->spec.dataset) != 0;
     }
     env.body_case = FEDMOE__ENVELOPE__BODY_HELLO;
     env.hello = &h;

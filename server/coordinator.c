@@ -22,6 +22,7 @@ void fm_server_config_from_options(const fm_options_t *o, fm_server_config_t *c)
     c->client_timeout = o->client_timeout;
     c->new_run = o->new_run;
     c->max_message = o->max_message;
+    c->max_weight = o->max_weight;
     snprintf(c->key, sizeof c->key, "%s", o->key);
     snprintf(c->allow, sizeof c->allow, "%s", o->allow);
     c->insecure = o->insecure;
@@ -134,6 +135,36 @@ static int lease_partition(fm_coordinator_t *c, int slot, const Fedmoe__Hello *h
     return part;
 }
 
+/* The averaging weight of a client that declares h's counts for partition part
+ * (0 while it has no data yet), or -1 with a reason in why. On the run's dataset
+ * the counts must be the partition's, which the coordinator computed, and the
+ * weight is its training examples; on data of its own, or when the coordinator
+ * cannot read the dataset, the declared count capped by --max-weight. */
+static int64_t hello_weight(const fm_coordinator_t *c, const Fedmoe__Hello *h, int part, char *why, size_t cap)
+{
+    if (h->train_samples == 0)
+        return 0;
+    const uint64_t most = 1ull << 40;
+    if (h->train_samples > most || h->val_samples > most || h->test_samples > most) {
+        snprintf(why, cap, "hello declares more than 2^40 examples");
+        return -1;
+    }
+    if (c->sizes && !h->own_data) {
+        const fm_split_sizes_t *z = &c->sizes[part];
+        if (h->train_samples != z->train || h->val_samples != z->val || h->test_samples != z->test) {
+            snprintf(why, cap,
+                     "hello declares %llu/%llu/%llu train/validation/test examples; partition %d of the run's "
+                     "dataset has %llu/%llu/%llu",
+                     (unsigned long long)h->train_samples, (unsigned long long)h->val_samples,
+                     (unsigned long long)h->test_samples, part, (unsigned long long)z->train,
+                     (unsigned long long)z->val, (unsigned long long)z->test);
+            return -1;
+        }
+        return (int64_t)z->train;
+    }
+    return (int64_t)(h->train_samples < c->weight_cap ? h->train_samples : c->weight_cap);
+}
+
 #define HELLO_LOG_EVERY_S 60.0
 
 static void log_client(fm_coordinator_t *c, const fm_client_t *cl)
@@ -168,7 +199,8 @@ static void handle_hello(fm_coordinator_t *c, const char *id, const Fedmoe__Hell
     }
     int slot = fm_registry_find(c->reg, id);
     int part = lease_partition(c, slot, h, why, sizeof why);
-    if (part < 0) {
+    int64_t weight = part < 0 ? -1 : hello_weight(c, h, part, why, sizeof why);
+    if (weight < 0) {
         send_error(c, id, FM_WIRE_REJECTED, why);
         return;
     }
@@ -189,6 +221,7 @@ static void handle_hello(fm_coordinator_t *c, const char *id, const Fedmoe__Hell
     cl->train_samples = h->train_samples;
     cl->val_samples = h->val_samples;
     cl->test_samples = h->test_samples;
+    cl->weight = (uint64_t)weight;
     cl->connected = true;
     cl->greeted = true;
     cl->last_seen = now;
@@ -276,16 +309,18 @@ static void handle_update(fm_coordinator_t *c, const char *id, int slot, const F
     fm_exchange_t e = fm_exchange_of(c->spec.strategy);
     fm_metrics_t m;
     fm_wire_code code = FM_WIRE_OK;
+    const fm_client_t *cl = fm_registry_at(c->reg, slot);
+    const fm_split_sizes_t declared = {cl->train_samples, cl->val_samples, cl->test_samples};
     float *prompt = e.prompt ? malloc(sizeof(float) * c->dims.nprompt) : NULL;
     /* validate everything before changing anything */
     if (e.prompt && !prompt) {
         fm_error_set("coordinator out of memory");
         code = FM_WIRE_REJECTED;
-    } else if (fm_exchange_read_update(&c->spec, &c->dims, u, FM_AGG_MAX_WEIGHT, c->scratch, prompt, &m, &code) !=
+    } else if (fm_exchange_read_update(&c->spec, &c->dims, u, &declared, c->scratch, prompt, &m, &code) !=
                FM_OK) {
-    } else if (e.model && fm_aggregator_check(c->agg_model, c->scratch, u->train_samples) != FM_OK) {
+    } else if (e.model && fm_aggregator_check(c->agg_model, c->scratch, cl->weight) != FM_OK) {
         code = FM_WIRE_BAD_VALUE;
-    } else if (e.prompt && fm_aggregator_check(c->agg_prompt, prompt, u->train_samples) != FM_OK) {
+    } else if (e.prompt && fm_aggregator_check(c->agg_prompt, prompt, cl->weight) != FM_OK) {
         code = FM_WIRE_BAD_TENSOR;
     }
     if (code != FM_WIRE_OK) {
@@ -298,14 +333,14 @@ static void handle_update(fm_coordinator_t *c, const char *id, int slot, const F
         return;
     }
     if (e.model)
-        fm_aggregator_add(c->agg_model, c->scratch, u->train_samples);
+        fm_aggregator_add(c->agg_model, c->scratch, cl->weight);
     if (e.prompt)
-        fm_aggregator_add(c->agg_prompt, prompt, u->train_samples);
+        fm_aggregator_add(c->agg_prompt, prompt, cl->weight);
     fm_round_complete(&c->round, p, &prompt);
-    fill_row(&p->row, &m, u->train_samples, bytes);
+    fill_row(&p->row, &m, cl->weight, bytes);
     c->bytes_up += (int64_t)bytes;
-    fm_debug("round %d: update from %s (%llu samples, test accuracy %.4f)", c->round.number, id,
-             (unsigned long long)u->train_samples, m.test_accuracy);
+    fm_debug("round %d: update from %s (weight %llu, test accuracy %.4f)", c->round.number, id,
+             (unsigned long long)cl->weight, m.test_accuracy);
 }
 
 /* ---- messages --------------------------------------------------------------- */

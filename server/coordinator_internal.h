@@ -25,6 +25,8 @@ struct fm_coordinator {
     float *scratch;             /* one decoded update */
     size_t max_message;
     fm_registry_t *reg;
+    fm_split_sizes_t *sizes;    /* every partition's split sizes of the run's dataset, NULL: unknown */
+    uint64_t weight_cap;        /* the largest weight a client on its own data gets */
     fm_round_t round;
     fm_aggregator_t *agg_model, *agg_prompt;
     int64_t bytes_up, bytes_down; /* this round */

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "coordinator_internal.h"
+#include "fedmoe/clientdata.h"
 #include "fedmoe/clock.h"
 #include "fedmoe/log.h"
 #include "fedmoe/rng.h"
@@ -167,6 +168,35 @@ static fm_status initial_state(fm_coordinator_t *c)
     return FM_OK;
 }
 
+/* What the coordinator knows of its clients' data: every partition's split sizes,
+ * from the run's dataset (labels only), so that the averaging weights are its
+ * own numbers; and the cap on the weight of a client on data of its own. */
+static void data_sizes(fm_coordinator_t *c)
+{
+    fm_data_spec_t ds;
+    fm_data_spec_default(&ds);
+    ds.dataset = c->spec.dataset;
+    ds.count = c->spec.partition_count;
+    ds.part = c->spec.part;
+    ds.seed = c->spec.seed;
+    ds.holdout = c->spec.holdout;
+    uint64_t largest = 0;
+    c->sizes = calloc((size_t)ds.count, sizeof *c->sizes);
+    if (c->sizes && fm_client_data_sizes(&ds, c->sizes) == FM_OK) {
+        for (int i = 0; i < ds.count; i++)
+            largest = c->sizes[i].train > largest ? c->sizes[i].train : largest;
+    } else {
+        fm_warn("cannot read the run's dataset to size its partitions (%s): every client's averaging weight is "
+                "the count it declares, capped by --max-weight (%llu)",
+                c->sizes ? fm_error_last() : "out of memory",
+                (unsigned long long)(c->cfg.max_weight ? c->cfg.max_weight : 1));
+        free(c->sizes);
+        c->sizes = NULL;
+        largest = 1; /* equal weights */
+    }
+    c->weight_cap = c->cfg.max_weight ? c->cfg.max_weight : largest;
+}
+
 fm_status fm_coordinator_new(fm_coordinator_t **out, const fm_server_config_t *cfg, fm_coordinator_send_fn send,
                              void *user)
 {
@@ -187,6 +217,7 @@ fm_status fm_coordinator_new(fm_coordinator_t **out, const fm_server_config_t *c
         (st = fm_registry_new(&c->reg)) != FM_OK || (st = fm_aggregator_new(&c->agg_model, c->dims.nmodel)) != FM_OK ||
         (st = fm_aggregator_new(&c->agg_prompt, c->dims.nprompt)) != FM_OK)
         goto fail;
+    data_sizes(c);
     c->max_message = cfg->max_message ? cfg->max_message : 2 * 4 * (c->dims.nmodel + c->dims.nprompt) + (1u << 20);
     if ((st = check_disk(cfg->db, 8 * (c->dims.nmodel + c->dims.nprompt) * 4)) != FM_OK ||
         (st = fm_store_open(&c->store, cfg->db, false)) != FM_OK || (st = start_or_resume(c)) != FM_OK)
@@ -208,6 +239,7 @@ void fm_coordinator_destroy(fm_coordinator_t **cp)
     free(c->global);
     free(c->gprompt);
     free(c->scratch);
+    free(c->sizes);
     fm_aggregator_destroy(&c->agg_model);
     fm_aggregator_destroy(&c->agg_prompt);
     fm_store_close(&c->store);

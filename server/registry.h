@@ -18,7 +18,8 @@ typedef struct {
     char id[64];
     int partition;          /* assigned partition, -1: none yet */
     int specialists;
-    uint64_t train_samples, val_samples, test_samples;
+    uint64_t train_samples, val_samples, test_samples; /* as its hello declared them */
+    uint64_t weight;        /* its averaging weight, decided at hello */
     bool connected;         /* said hello and not silent since */
     bool ready;             /* has its data: said hello with sample counts */
     bool greeted;           /* said hello to this coordinator since it started */

@@ -304,6 +304,14 @@ Fedmoe__Envelope *procs_recv_kind(void *sock, int kind, double seconds, uint8_t 
     return NULL;
 }
 
+void procs_fake_counts(uint64_t train, uint64_t *val, uint64_t *test, uint64_t *correct, float *accuracy)
+{
+    *val = train / 4;
+    *test = train / 3;
+    *correct = *test / 2;
+    *accuracy = *test ? (float)((double)*correct / (double)*test) : 0.0f;
+}
+
 void procs_hello(Fedmoe__Envelope *env, Fedmoe__Hello *h, const char *id, int partition, uint64_t train_samples)
 {
     fedmoe__envelope__init(env);
@@ -313,8 +321,10 @@ void procs_hello(Fedmoe__Envelope *env, Fedmoe__Hello *h, const char *id, int pa
     h->specialists = 2;
     h->partition_index = partition;
     h->train_samples = train_samples;
-    h->val_samples = train_samples / 4;
-    h->test_samples = train_samples / 3;
+    uint64_t correct;
+    float acc;
+    procs_fake_counts(train_samples, &h->val_samples, &h->test_samples, &correct, &acc);
+    h->own_data = true; /* the coordinator cannot check its counts, only cap its weight */
     env->body_case = FEDMOE__ENVELOPE__BODY_HELLO;
     env->hello = h;
 }
@@ -369,9 +379,7 @@ int procs_send_update(void *sock, uint32_t round, const uint8_t *nonce, const fl
     up.prompt = &p;
     up.train_samples = samples;
     m.train_loss = 1.0f;
-    m.test_accuracy = 0.5f;
-    m.test_samples = 10;
-    m.test_correct = 5;
+    procs_fake_counts(samples, &m.val_samples, &m.test_samples, &m.test_correct, &m.test_accuracy);
     up.metrics = &m;
     env.body_case = FEDMOE__ENVELOPE__BODY_UPDATE;
     env.update = &up;

@@ -32,6 +32,9 @@ Fedmoe__Envelope *procs_recv_kind(void *sock, int kind, double seconds, uint8_t 
  * one) with train_samples (0: no data yet), a quarter of it validation and a
  * third test, 2 specialists, this protocol version. */
 void procs_hello(Fedmoe__Envelope *env, Fedmoe__Hello *h, const char *id, int partition, uint64_t train_samples);
+/* The counts a fake client on data of its own declares with train_samples (and
+ * its updates report): validation train/4, test train/3, half of test correct. */
+void procs_fake_counts(uint64_t train, uint64_t *val, uint64_t *test, uint64_t *correct, float *accuracy);
 int procs_send_update(void *sock, uint32_t round, const uint8_t *nonce, const float *vec, uint32_t n, const float *prompt,
                       uint64_t samples);
 

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "coordinator.h"
+#include "fedmoe/clientdata.h"
 #include "fedmoe/exchange.h"
 #include "fedmoe/log.h"
 #include "fedmoe/store.h"
@@ -114,7 +115,7 @@ static void heartbeat(fm_coordinator_t *c, const char *id, double now)
     inject(c, id, &env, now);
 }
 
-typedef enum { HONEST, SHORT, NOT_FINITE, REPLAYED } fault_t;
+typedef enum { HONEST, SHORT, NOT_FINITE, REPLAYED, PERFECT_SCORE } fault_t;
 
 /* The Update a client sends back for its newest Task: the task's model plus
  * delta in every value; SHORT sends a model one value short, NOT_FINITE one
@@ -137,9 +138,9 @@ static void update(fm_coordinator_t *c, const char *id, float delta, uint64_t sa
     memcpy(u.nonce, in.nonce, sizeof u.nonce);
     if (fault == REPLAYED) /* another round's capture, relabelled with this round's number */
         u.nonce[0] ^= 1;
-    u.metrics.test_samples = 10;
-    u.metrics.test_correct = 7;
-    u.metrics.test_accuracy = 0.7;
+    float acc;
+    procs_fake_counts(samples, &u.metrics.val_samples, &u.metrics.test_samples, &u.metrics.test_correct, &acc);
+    u.metrics.test_accuracy = fault == PERFECT_SCORE ? 1.0 : acc; /* not what its counts say */
     uint8_t *buf;
     size_t len;
     assert_int_equal(fm_exchange_encode_update(&run_spec, &d, &u, &buf, &len), FM_OK);
@@ -237,7 +238,7 @@ static void test_quorum_reached(void **state)
     const char *ids[] = {"a", "b", "c"};
     fm_coordinator_t *c = open_run(&cfg, ids, 3, 2, 100);
     assert_int_equal(count_sent(NULL, FEDMOE__ENVELOPE__BODY_TASK, NULL), 3);
-    updates(c, ids, 3, 1.0f, 200, 1.0);
+    updates(c, ids, 3, 1.0f, 100, 1.0);
     assert_int_equal(fm_coordinator_round(c), 1);
     expect_rounds(c, &cfg, 1.1, 1); /* all in: commits without waiting */
     /* round 2 opened at once, its task carries the mean: old model + 1 */
@@ -386,7 +387,7 @@ static void test_resume_from_checkpoint(void **state)
     const char *ids[] = {"a", "b"};
     fm_coordinator_t *c = open_run(&cfg, ids, 2, 2, 100);
     update(c, "a", 1.0f, 100, HONEST, 1.0);
-    update(c, "b", 2.0f, 300, HONEST, 1.0);
+    update(c, "b", 2.0f, 100, HONEST, 1.0);
     expect_rounds(c, &cfg, 1.0, 1);
     const Fedmoe__Tensor *t2 = task_model("a", 2);
     size_t n = t2->data.len;
@@ -462,6 +463,69 @@ static void test_hello_flood_writes_nothing(void **state)
     finish(&c);
 }
 
+/* The averaging weights are the coordinator's: a client on the run's dataset
+ * must declare its partition's real split sizes (which the coordinator computes
+ * from the dataset's labels) and weighs its training examples; one on data of
+ * its own declaring 2^29 examples weighs --max-weight; an update whose counts
+ * differ from its hello's, or whose accuracy is not its counts' ratio, is
+ * refused. */
+static void test_weights_decided_by_coordinator(void **state)
+{
+    (void)state;
+    fm_server_config_t cfg;
+    small_config(&cfg, 4, 2);
+    cfg.max_weight = 300;
+    fm_coordinator_t *c = start(&cfg);
+    Fedmoe__Envelope env;
+    Fedmoe__Hello h;
+    procs_hello(&env, &h, "liar", 3, 5000); /* the run's data, made-up counts */
+    h.own_data = false;
+    inject(c, "liar", &env, 0.0);
+    assert_int_equal(last_error_code("liar"), FM_WIRE_REJECTED);
+    fm_split_sizes_t z[4];
+    fm_data_spec_t ds;
+    fm_data_spec_default(&ds);
+    ds.count = 4;
+    ds.part = cfg.spec.part;
+    ds.seed = cfg.spec.seed;
+    assert_int_equal(fm_client_data_sizes(&ds, z), FM_OK);
+    procs_hello(&env, &h, "liar", 3, z[3].train); /* its real counts */
+    h.own_data = false;
+    h.val_samples = z[3].val;
+    h.test_samples = z[3].test;
+    inject(c, "liar", &env, 0.0);
+    assert_int_equal(count_sent("liar", FEDMOE__ENVELOPE__BODY_WELCOME, NULL), 1);
+    hello(c, "a", 100, 0.0);
+    hello(c, "big", 1ull << 29, 0.0); /* data of its own: weight capped at 300 */
+    hello(c, "acc", 100, 0.0);
+    assert_int_equal(fm_coordinator_tick(c, 0.0), FM_OK);
+    update(c, "acc", 1.0f, 100, PERFECT_SCORE, 1.0);
+    assert_int_equal(last_error_code("acc"), FM_WIRE_BAD_VALUE);
+    update(c, "a", 1.0f, 100, HONEST, 1.0);
+    update(c, "big", 2.0f, 1ull << 28, HONEST, 1.0); /* not the count it declared */
+    assert_int_equal(last_error_code("big"), FM_WIRE_BAD_VALUE);
+    finish(&c);
+
+    /* the weighted mean: (100 x 1 + 300 x 2) / 400 */
+    small_config(&cfg, 2, 2);
+    cfg.max_weight = 300;
+    c = start(&cfg);
+    hello(c, "a", 100, 0.0);
+    hello(c, "big", 1ull << 29, 0.0);
+    assert_int_equal(fm_coordinator_tick(c, 0.0), FM_OK);
+    update(c, "a", 1.0f, 100, HONEST, 1.0);
+    update(c, "big", 2.0f, 1ull << 29, HONEST, 1.0);
+    expect_rounds(c, &cfg, 1.0, 1);
+    const Fedmoe__Tensor *m1 = task_model("a", 1), *m2 = task_model("a", 2);
+    for (size_t i = 0; i < m1->data.len / 4; i += 97) {
+        float x, y;
+        memcpy(&x, m1->data.data + 4 * i, 4);
+        memcpy(&y, m2->data.data + 4 * i, 4);
+        assert_true(fabsf(y - (x + 1.75f)) < 1e-5f);
+    }
+    finish(&c);
+}
+
 int main(void)
 {
     fm_log_set_level(FM_LOG_ERROR);
@@ -475,6 +539,7 @@ int main(void)
         cmocka_unit_test(test_resume_from_checkpoint),
         cmocka_unit_test(test_bad_bytes_and_unknown_clients),
         cmocka_unit_test(test_hello_flood_writes_nothing),
+        cmocka_unit_test(test_weights_decided_by_coordinator),
     };
     return procs_run_tests("coordinator", tests, sizeof tests / sizeof tests[0], dir, sizeof dir);
 }

@@ -15,12 +15,14 @@ void fm_data_spec_default(fm_data_spec_t *s)
     s->val_frac = 0.2;
 }
 
-static fm_status load_any(fm_dataset_t *ds, const char *spec)
+/* The dataset of spec; without images, only its labels where the format keeps
+ * them apart (IDX), everything otherwise (CSV). */
+static fm_status load_any(fm_dataset_t *ds, const char *spec, bool images)
 {
     if (strcmp(spec, "fmnist") == 0)
-        return fm_dataset_load_fmnist(ds, NULL);
+        return images ? fm_dataset_load_fmnist(ds, NULL) : fm_dataset_load_fmnist_labels(ds, NULL);
     if (strncmp(spec, "fmnist:", 7) == 0)
-        return fm_dataset_load_fmnist(ds, spec + 7);
+        return images ? fm_dataset_load_fmnist(ds, spec + 7) : fm_dataset_load_fmnist_labels(ds, spec + 7);
     if (strncmp(spec, "csv:", 4) == 0)
         return fm_dataset_load_csv(ds, spec + 4);
     if (strncmp(spec, "idx:", 4) == 0) {
@@ -29,16 +31,16 @@ static fm_status load_any(fm_dataset_t *ds, const char *spec)
             fm_error_set("dataset '%s': expected idx:IMAGES,LABELS", spec);
             return FM_ERR_ARG;
         }
-        char images[4096];
+        char path[4096];
         size_t n = (size_t)(comma - (spec + 4));
-        if (n >= sizeof images) {
+        if (n >= sizeof path) {
             fm_error_set("dataset '%s': path too long", spec);
             return FM_ERR_ARG;
         }
-        memcpy(images, spec + 4, n);
-        images[n] = 0;
+        memcpy(path, spec + 4, n);
+        path[n] = 0;
         memset(ds, 0, sizeof *ds);
-        fm_status st = fm_dataset_append_idx(ds, images, comma + 1);
+        fm_status st = fm_dataset_append_idx(ds, images ? path : NULL, comma + 1);
         if (st != FM_OK) {
             fm_dataset_free(ds);
             return st;
@@ -54,7 +56,7 @@ fm_status fm_client_data_load(fm_client_data_t *cd, const fm_data_spec_t *spec)
 {
     memset(cd, 0, sizeof *cd);
     fm_dataset_t all;
-    fm_status st = load_any(&all, spec->dataset);
+    fm_status st = load_any(&all, spec->dataset, true);
     if (st != FM_OK)
         return st;
     fm_partition_t part = {0};
@@ -107,4 +109,31 @@ void fm_client_data_free(fm_client_data_t *cd)
     fm_dataset_free(&cd->train);
     fm_dataset_free(&cd->val);
     fm_dataset_free(&cd->test);
+}
+
+fm_status fm_client_data_sizes(const fm_data_spec_t *spec, fm_split_sizes_t *sizes)
+{
+    fm_dataset_t all;
+    fm_status st = load_any(&all, spec->dataset, false);
+    if (st != FM_OK)
+        return st;
+    fm_partition_t part = {0};
+    if (spec->count < 1) {
+        fm_error_set("partition sizes need a partition count");
+        st = FM_ERR_ARG;
+    } else {
+        st = fm_partition_make(&part, all.y, all.n, all.classes, spec->count, spec->seed, &spec->part);
+    }
+    for (int c = 0; st == FM_OK && c < spec->count; c++) {
+        fm_split_t split = {0};
+        st = fm_split_make(&split, part.index + part.offset[c], part.offset[c + 1] - part.offset[c], all.y, all.classes,
+                           spec->seed, c, spec->test_frac, spec->val_frac);
+        if (st == FM_OK && spec->holdout)
+            st = fm_split_holdout(&split, all.y, all.classes, spec->seed, c, spec->test_frac, spec->val_frac);
+        sizes[c] = (fm_split_sizes_t){split.n_train, split.n_val, split.n_test};
+        fm_split_free(&split);
+    }
+    fm_partition_free(&part);
+    fm_dataset_free(&all);
+    return st;
 }

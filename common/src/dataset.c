@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,56 +72,65 @@ static fm_status read_file(const char *path, uint8_t **out, size_t *len)
 
 static uint32_t be32(const uint8_t *p) { return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]; }
 
-fm_status fm_dataset_append_idx(fm_dataset_t *ds, const char *images_path, const char *labels_path)
+/* The labels of an IDX label file: *lab is malloc'd, labels at lab + 8, *n of them. */
+static fm_status read_labels(const char *path, uint8_t **lab, uint32_t *n)
 {
-    uint8_t *img = NULL, *lab = NULL;
-    size_t ilen = 0, llen = 0;
-    fm_status st = read_file(images_path, &img, &ilen);
+    size_t len = 0;
+    fm_status st = read_file(path, lab, &len);
     if (st != FM_OK)
-        goto out;
-    if ((st = read_file(labels_path, &lab, &llen)) != FM_OK)
-        goto out;
+        return st;
+    if (len < 8 || be32(*lab) != 0x00000801u) {
+        fm_error_set("%s: not an IDX ubyte label file (bad magic)", path);
+        goto bad;
+    }
+    *n = be32(*lab + 4);
+    if (len != 8 + (size_t)*n) {
+        fm_error_set("%s: %zu bytes, header says %zu (truncated or corrupt)", path, len, 8 + (size_t)*n);
+        goto bad;
+    }
+    for (uint32_t i = 0; i < *n; i++)
+        if ((*lab)[8 + i] >= 255) {
+            fm_error_set("%s: label %u out of range", path, (*lab)[8 + i]);
+            goto bad;
+        }
+    return FM_OK;
+bad:
+    free(*lab);
+    *lab = NULL;
+    return FM_ERR_FORMAT;
+}
+
+/* The pixels of an IDX image file of n images, scaled to [0,1], appended to ds. */
+static fm_status append_images(fm_dataset_t *ds, const char *path, uint32_t n_labels)
+{
+    uint8_t *img = NULL;
+    size_t ilen = 0;
+    fm_status st = read_file(path, &img, &ilen);
+    if (st != FM_OK)
+        return st;
     st = FM_ERR_FORMAT;
     if (ilen < 16 || be32(img) != 0x00000803u) {
-        fm_error_set("%s: not an IDX ubyte image file (bad magic)", images_path);
+        fm_error_set("%s: not an IDX ubyte image file (bad magic)", path);
         goto out;
     }
-    if (llen < 8 || be32(lab) != 0x00000801u) {
-        fm_error_set("%s: not an IDX ubyte label file (bad magic)", labels_path);
-        goto out;
-    }
-    uint32_t n = be32(img + 4), rows = be32(img + 8), cols = be32(img + 12), nl = be32(lab + 4);
+    uint32_t n = be32(img + 4), rows = be32(img + 8), cols = be32(img + 12);
     if (n == 0 || n > IDX_MAX_ITEMS || rows == 0 || cols == 0 || rows > 4096 || cols > 4096) {
-        fm_error_set("%s: implausible sizes %u x %u x %u", images_path, n, rows, cols);
+        fm_error_set("%s: implausible sizes %u x %u x %u", path, n, rows, cols);
         goto out;
     }
     if (ilen != 16 + (size_t)n * rows * cols) {
-        fm_error_set("%s: %zu bytes, header says %zu (truncated or corrupt)", images_path, ilen,
-                     16 + (size_t)n * rows * cols);
+        fm_error_set("%s: %zu bytes, header says %zu (truncated or corrupt)", path, ilen, 16 + (size_t)n * rows * cols);
         goto out;
     }
-    if (llen != 8 + (size_t)nl) {
-        fm_error_set("%s: %zu bytes, header says %zu (truncated or corrupt)", labels_path, llen, 8 + (size_t)nl);
-        goto out;
-    }
-    if (nl != n) {
-        fm_error_set("%s has %u images but %s has %u labels", images_path, n, labels_path, nl);
+    if (n != n_labels) {
+        fm_error_set("%s has %u images but its label file has %u labels", path, n, n_labels);
         goto out;
     }
     int dim = (int)(rows * cols);
     if (ds->n > 0 && (ds->dim != dim || ds->img_h != (int)rows)) {
-        fm_error_set("%s: images of %ux%u do not match the %dx%d already loaded", images_path, rows, cols,
-                     ds->img_h, ds->img_w);
+        fm_error_set("%s: images of %ux%u do not match the %dx%d already loaded", path, rows, cols, ds->img_h,
+                     ds->img_w);
         goto out;
-    }
-    int classes = ds->classes;
-    for (uint32_t i = 0; i < n; i++) {
-        if (lab[8 + i] >= 255) {
-            fm_error_set("%s: label %u out of range", labels_path, lab[8 + i]);
-            goto out;
-        }
-        if (lab[8 + i] + 1 > classes)
-            classes = lab[8 + i] + 1;
     }
     float *x = realloc(ds->x, sizeof(float) * (ds->n + n) * dim);
     if (!x) {
@@ -128,24 +138,39 @@ fm_status fm_dataset_append_idx(fm_dataset_t *ds, const char *images_path, const
         goto out;
     }
     ds->x = x;
+    float *dst = ds->x + ds->n * dim;
+    for (size_t i = 0; i < (size_t)n * dim; i++)
+        dst[i] = (float)img[16 + i] * (1.0f / 255.0f);
+    ds->dim = dim;
+    ds->img_h = (int)rows;
+    ds->img_w = (int)cols;
+    st = FM_OK;
+out:
+    free(img);
+    return st;
+}
+
+fm_status fm_dataset_append_idx(fm_dataset_t *ds, const char *images_path, const char *labels_path)
+{
+    uint8_t *lab = NULL;
+    uint32_t n = 0;
+    fm_status st = read_labels(labels_path, &lab, &n);
+    if (st != FM_OK)
+        return st;
+    if (images_path && (st = append_images(ds, images_path, n)) != FM_OK)
+        goto out;
     uint8_t *y = realloc(ds->y, ds->n + n);
     if (!y) {
         st = FM_ERR_NOMEM;
         goto out;
     }
     ds->y = y;
-    float *dst = ds->x + ds->n * dim;
-    for (size_t i = 0; i < (size_t)n * dim; i++)
-        dst[i] = (float)img[16 + i] * (1.0f / 255.0f);
     memcpy(ds->y + ds->n, lab + 8, n);
+    for (uint32_t i = 0; i < n; i++)
+        if (lab[8 + i] + 1 > ds->classes)
+            ds->classes = lab[8 + i] + 1;
     ds->n += n;
-    ds->dim = dim;
-    ds->img_h = (int)rows;
-    ds->img_w = (int)cols;
-    ds->classes = classes;
-    st = FM_OK;
 out:
-    free(img);
     free(lab);
     return st;
 }
@@ -166,7 +191,7 @@ void fm_dataset_standardize(fm_dataset_t *ds)
         ds->x[i] = (ds->x[i] - mu) * inv;
 }
 
-fm_status fm_dataset_load_fmnist(fm_dataset_t *ds, const char *dir)
+static fm_status load_fmnist(fm_dataset_t *ds, const char *dir, bool images)
 {
     static const char *files[2][2] = {{"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"},
                                       {"t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"}};
@@ -177,7 +202,7 @@ fm_status fm_dataset_load_fmnist(fm_dataset_t *ds, const char *dir)
         char ip[4096], lp[4096];
         snprintf(ip, sizeof ip, "%s/%s", dir, files[i][0]);
         snprintf(lp, sizeof lp, "%s/%s", dir, files[i][1]);
-        fm_status st = fm_dataset_append_idx(ds, ip, lp);
+        fm_status st = fm_dataset_append_idx(ds, images ? ip : NULL, lp);
         if (st != FM_OK) {
             fm_dataset_free(ds);
             return st;
@@ -186,6 +211,10 @@ fm_status fm_dataset_load_fmnist(fm_dataset_t *ds, const char *dir)
     fm_dataset_standardize(ds);
     return FM_OK;
 }
+
+fm_status fm_dataset_load_fmnist(fm_dataset_t *ds, const char *dir) { return load_fmnist(ds, dir, true); }
+
+fm_status fm_dataset_load_fmnist_labels(fm_dataset_t *ds, const char *dir) { return load_fmnist(ds, dir, false); }
 
 fm_status fm_dataset_load_csv(fm_dataset_t *ds, const char *path)
 {

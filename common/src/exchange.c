@@ -201,18 +201,25 @@ static bool metrics_ok(const Fedmoe__Metrics *m)
 }
 
 fm_status fm_exchange_read_update(const fm_run_spec_t *s, const fm_exchange_dims_t *d, const Fedmoe__Update *u,
-                                  uint64_t max_weight, float *model, float *prompt, fm_metrics_t *out,
+                                  const fm_split_sizes_t *expect, float *model, float *prompt, fm_metrics_t *out,
                                   fm_wire_code *code)
 {
     fm_exchange_t e = fm_exchange_of(s->strategy);
-    if (u->train_samples == 0 || u->train_samples > max_weight) {
-        fm_error_set("train_samples %llu out of range 1..%llu", (unsigned long long)u->train_samples,
-                     (unsigned long long)max_weight);
-        return refuse(code, FM_WIRE_BAD_VALUE);
-    }
     const Fedmoe__Metrics *m = u->metrics;
     if (!metrics_ok(m)) {
         fm_error_set("metrics missing or out of range");
+        return refuse(code, FM_WIRE_BAD_VALUE);
+    }
+    if (u->train_samples != expect->train || m->val_samples != expect->val || m->test_samples != expect->test) {
+        fm_error_set("update counts %llu/%llu/%llu train/validation/test examples, its hello declared %llu/%llu/%llu",
+                     (unsigned long long)u->train_samples, (unsigned long long)m->val_samples,
+                     (unsigned long long)m->test_samples, (unsigned long long)expect->train,
+                     (unsigned long long)expect->val, (unsigned long long)expect->test);
+        return refuse(code, FM_WIRE_BAD_VALUE);
+    }
+    if (m->test_samples && fabs((double)m->test_accuracy - (double)m->test_correct / (double)m->test_samples) > 1e-4) {
+        fm_error_set("test accuracy %.6f is not its %llu correct of %llu", (double)m->test_accuracy,
+                     (unsigned long long)m->test_correct, (unsigned long long)m->test_samples);
         return refuse(code, FM_WIRE_BAD_VALUE);
     }
     if (e.model && u->n_model != 1) {

@@ -64,9 +64,14 @@ static fm_status store(fm_options_t *o, const fm_option_t *r, const char *flag, 
         return st;
     case FM_OPT_U64: {
         unsigned long long u;
-        if ((st = fm_arg_u64(flag, v, &u)) == FM_OK)
-            *(uint64_t *)p = u;
-        return st;
+        if ((st = fm_arg_u64(flag, v, &u)) != FM_OK)
+            return st;
+        if (r->max > 0 && ((double)u < r->min || (double)u > r->max)) { /* max 0: any value */
+            fm_error_set("%s: %llu is outside %.0f..%.0f", flag, u, r->min, r->max);
+            return FM_ERR_ARG;
+        }
+        *(uint64_t *)p = u;
+        return FM_OK;
     }
     case FM_OPT_SWITCH: return fm_arg_bool(flag, v, p);
     case FM_OPT_STRING:

@@ -213,6 +213,10 @@ static const fm_option_t table[] = {
      "(local, comigs, full); 0 turns it off"},
     {"threads", 0, FM_OPT_INT, "N", 1, 256, C, 0, O(threads), NULL, NULL, NULL, FM_OPT_G_TRAIN, "OpenBLAS threads"},
     /* the rest */
+    {"max-weight", 0, FM_OPT_U64, "N", 1, (double)(1ull << 29), S, 0, O(max_weight), NULL, NULL,
+     "the largest partition", FM_OPT_G_END,
+     "the averaging weight a client on data of its own may\nclaim (its declared training examples, capped);\n"
+     "clients on the run's dataset weigh their partition's\ntraining examples, which the coordinator computes"},
     {"max-message", 0, FM_OPT_SIZE, "BYTES", 1024, (double)(1LL << 40), S, 0, O(max_message), NULL, NULL,
      "twice the model, plus 1 MiB", FM_OPT_G_END, "largest message accepted"},
     {"port", 0, FM_OPT_INT, "P", 1, 65535, M, 0, O(port), NULL, NULL, "a free one", FM_OPT_G_END,

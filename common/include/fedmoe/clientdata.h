@@ -32,6 +32,10 @@ typedef struct {
 
 /* Loads, partitions and splits; on error records a reason. Free with fm_client_data_free. */
 fm_status fm_client_data_load(fm_client_data_t *cd, const fm_data_spec_t *spec);
+/* The sizes of the three splits of every partition 0..spec->count-1 (sizes has
+ * spec->count entries), exactly as fm_client_data_load gives them, from the
+ * dataset's labels alone. What a coordinator knows of its clients' data. */
+fm_status fm_client_data_sizes(const fm_data_spec_t *spec, fm_split_sizes_t *sizes);
 /* Frees the three splits cd owns (each zeroed). */
 void fm_client_data_free(fm_client_data_t *cd);
 

@@ -28,9 +28,12 @@ typedef struct {
 /* Fashion-MNIST: the union of the train and test files (70,000 images) in dir
  * (FM_FMNIST_DIR when NULL), standardized. */
 fm_status fm_dataset_load_fmnist(fm_dataset_t *ds, const char *dir);
+/* Only the labels of Fashion-MNIST (x NULL, dim 0): what a coordinator needs to
+ * know every partition's size. */
+fm_status fm_dataset_load_fmnist_labels(fm_dataset_t *ds, const char *dir);
 /* One pair of IDX files (images idx3 ubyte, labels idx1 ubyte), gzip or plain,
  * appended to ds (which may be zeroed). Pixels are scaled to [0,1]; call
- * fm_dataset_standardize after the last append. */
+ * fm_dataset_standardize after the last append. images_path NULL: labels only. */
 fm_status fm_dataset_append_idx(fm_dataset_t *ds, const char *images_path, const char *labels_path);
 /* A CSV file: one example a line, "label,f1,f2,...", optional header line. */
 fm_status fm_dataset_load_csv(fm_dataset_t *ds, const char *path);

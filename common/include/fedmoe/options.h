@@ -13,6 +13,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "fedmoe/status.h"
@@ -76,6 +77,7 @@ struct fm_options {
     double fraction, round_timeout, client_timeout;
     bool new_run;
     size_t max_message;
+    uint64_t max_weight; /* 0: the run's largest partition (1 when the coordinator cannot read the dataset) */
     /* transport security (server, client; fedmoe-sim makes its own keys) */
     char key[1024], allow[1024], server_key[1024];
     bool insecure;

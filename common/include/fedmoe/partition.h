@@ -55,6 +55,11 @@ typedef struct {
     size_t n_train, n_val, n_test;
 } fm_split_t;
 
+/* The sizes of a client's three splits. */
+typedef struct {
+    uint64_t train, val, test;
+} fm_split_sizes_t;
+
 /* Stratified split of one client's examples idx[0..n): test_frac of every class to
  * test, then val_frac of the rest to validation. Drawn from (seed, client). */
 fm_status fm_split_make(fm_split_t *s, const uint32_t *idx, size_t n, const uint8_t *labels, int classes,

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "fedmoe.pb-c.h"
+#include "fedmoe/partition.h"
 #include "fedmoe/runspec.h"
 #include "fedmoe/status.h"
 #include "fedmoe/wire.h"
@@ -105,10 +106,11 @@ fm_status fm_exchange_encode_update(const fm_run_spec_t *s, const fm_exchange_di
                                     uint8_t **buf, size_t *len);
 
 /* Reads and checks an Update's counts, metrics and tensors into model (nmodel)
- * and prompt (nprompt) when the strategy carries them. Checks the train sample
- * count against 1..max_weight. On error FM_ERR_FORMAT, a reason and *code. */
+ * and prompt (nprompt) when the strategy carries them. The counts must be the
+ * client's split sizes as its Hello declared them (expect), its accuracy the
+ * ratio of its counts. On error FM_ERR_FORMAT, a reason and *code. */
 fm_status fm_exchange_read_update(const fm_run_spec_t *s, const fm_exchange_dims_t *d, const Fedmoe__Update *u,
-                                  uint64_t max_weight, float *model, float *prompt, fm_metrics_t *m,
+                                  const fm_split_sizes_t *expect, float *model, float *prompt, fm_metrics_t *m,
                                   fm_wire_code *code);
 
 #endif
