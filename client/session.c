@@ -20,6 +20,9 @@
 #include "fedmoe/train.h"
 #include "fedmoe/wire.h"
 #include "link.h"
+#ifdef FM_BENCH_ATTACK
+#include "attack.h" /* bench/: the robust-aggregation benchmark's attacker only */
+#endif
 
 #define HELLO_RETRY_S 3.0
 #define HEARTBEAT_S 1.0
@@ -419,6 +422,9 @@ static fm_status upload(session_t *s, uint32_t round, const uint8_t *nonce, cons
     if (fm_exchange_of(s->spec.strategy).model) {
         fm_federated_pack(s->model, s->spec.strategy, s->vec);
         u.model = s->vec;
+#ifdef FM_BENCH_ATTACK
+        fm_bench_attack_apply(s->vec, s->dims.nmodel, round);
+#endif
     }
     uint8_t *buf = NULL;
     size_t len = 0;
@@ -454,6 +460,10 @@ static fm_status handle_task(session_t *s, const Fedmoe__Task *t)
     if (st == FM_OK) {
         if (in.model)
             fm_federated_unpack(s->model, s->spec.strategy, in.model);
+#ifdef FM_BENCH_ATTACK
+        if (in.model)
+            fm_bench_attack_received(in.model, s->dims.nmodel);
+#endif
         if (in.prompt)
             memcpy(fm_model_prompt(s->model), in.prompt, sizeof(float) * s->dims.nprompt);
         st = fm_model_set_nonlocal(s->model, in.nonlocal, in.k);

@@ -8,7 +8,7 @@
 #include "fedmoe/checkpoint.h"
 #include "fedmoe/log.h"
 
-#define VERSION 2u /* 1: the unframed layout before fedmoe/checkpoint.h */
+#define VERSION 3u /* 1: the unframed layout before fedmoe/checkpoint.h; 2: without the clip bounds */
 #define WHAT "coordinator checkpoint"
 
 fm_status fm_checkpoint_encode(const fm_checkpoint_t *c, uint8_t **blob, size_t *len)
@@ -27,6 +27,11 @@ fm_status fm_checkpoint_encode(const fm_checkpoint_t *c, uint8_t **blob, size_t 
         fm_ckpt_put_bytes(&w, id, sizeof id);
         fm_ckpt_put_floats(&w, c->pool + (size_t)i * c->nprompt, c->nprompt);
     }
+    for (int g = 0; g < 2; g++) {
+        uint64_t bits;
+        memcpy(&bits, &c->clip[g], sizeof bits);
+        fm_ckpt_put_u64(&w, bits);
+    }
     return fm_ckpt_finish(&w, blob, len);
 }
 
@@ -34,9 +39,16 @@ fm_status fm_checkpoint_decode(const uint8_t *blob, size_t len, fm_checkpoint_t 
 {
     memset(out, 0, sizeof *out);
     fm_ckpt_reader_t r;
-    fm_status st = fm_ckpt_open(&r, blob, len, FM_CKPT_MAGIC_COORDINATOR, VERSION, WHAT);
-    if (st != FM_OK)
+    uint32_t version = VERSION;
+    fm_status st = fm_ckpt_open(&r, blob, len, FM_CKPT_MAGIC_COORDINATOR, version, WHAT);
+    if (st != FM_OK && fm_ckpt_open(&r, blob, len, FM_CKPT_MAGIC_COORDINATOR, 2, WHAT) == FM_OK) {
+        version = 2; /* a run checkpointed before the clip bounds: none */
+        st = FM_OK;
+    }
+    if (st != FM_OK) {
+        fm_ckpt_open(&r, blob, len, FM_CKPT_MAGIC_COORDINATOR, VERSION, WHAT); /* its reason */
         return st;
+    }
     uint32_t round = 0, count = 0;
     uint64_t ng = 0, np = 0;
     bool ok = fm_ckpt_get_u32(&r, &round) && round >= 1 && round < INT_MAX && fm_ckpt_get_u64(&r, &ng) &&
@@ -49,6 +61,12 @@ fm_status fm_checkpoint_decode(const uint8_t *blob, size_t len, fm_checkpoint_t 
     for (uint32_t i = 0; ok && i < count; i++) {
         ok = fm_ckpt_get_bytes(&r, out->pool_ids[i], 64) && fm_ckpt_get_floats(&r, out->pool + (size_t)i * np, np);
         out->pool_ids[i][63] = 0;
+    }
+    for (int g = 0; ok && version >= 3 && g < 2; g++) {
+        uint64_t bits = 0;
+        ok = fm_ckpt_get_u64(&r, &bits);
+        memcpy(&out->clip[g], &bits, sizeof bits);
+        ok = ok && out->clip[g] >= 0.0 && out->clip[g] < 1e30; /* not NaN either */
     }
     if (!ok || fm_ckpt_close(&r, WHAT) != FM_OK) {
         fm_checkpoint_free(out);

@@ -96,6 +96,7 @@ typedef struct {
     int pool_count;
     char (*pool_ids)[64];
     float *pool;           /* pool_count * nprompt */
+    double clip[2];        /* the next round's bounds on update distances (model, prompt); 0: none */
 } fm_checkpoint_t;
 
 /* Encodes c (which the caller keeps); *blob is malloc'd, the caller frees it. */

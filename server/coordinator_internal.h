@@ -29,6 +29,8 @@ struct fm_coordinator {
     uint64_t weight_cap;        /* the largest weight a client on its own data gets */
     fm_round_t round;
     fm_aggregator_t *agg_model, *agg_prompt;
+    double clip[2];               /* this round's bound on update distances (model, prompt); 0: none */
+    int clipped;                  /* updates clipped this round */
     int64_t bytes_up, bytes_down; /* this round */
     double now;                   /* the time of the message or tick being handled */
     fm_log_limit_t refusals;      /* refusal warnings, at most WARNINGS_PER_SECOND */

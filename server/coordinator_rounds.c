@@ -79,7 +79,10 @@ static fm_status try_open_round(fm_coordinator_t *c, double now)
         fm_aggregator_reset(c->agg_model);
         fm_aggregator_reset(c->agg_prompt);
         c->bytes_up = c->bytes_down = 0;
-        st = fm_round_open(&c->round, slots, ids, want, now);
+        c->clipped = 0;
+        if ((st = fm_aggregator_reserve(c->agg_model, want)) == FM_OK &&
+            (st = fm_aggregator_reserve(c->agg_prompt, want)) == FM_OK)
+            st = fm_round_open(&c->round, slots, ids, want, now);
         for (int i = 0; st == FM_OK && i < c->round.nparts; i++)
             if (RAND_bytes(c->round.parts[i].nonce, (int)sizeof c->round.parts[i].nonce) != 1) {
                 fm_error_set("round %d: no random bytes for the task nonces", round);
@@ -154,6 +157,26 @@ static void round_row(const fm_coordinator_t *c, double now, fm_round_row_t *r)
     r->seconds = now - c->round.started;
 }
 
+/* The bounds on update distances for the next round: fixed, none, or (auto)
+ * FM_CLIP_AUTO_FACTOR x the median distance of this round's accepted updates. */
+static void next_clip(const fm_coordinator_t *c, double clip[2])
+{
+    clip[0] = c->clip[0];
+    clip[1] = c->clip[1];
+    if (c->spec.clip_norm != FM_CLIP_AUTO)
+        return;
+    double *v = malloc(sizeof(double) * (size_t)(c->round.nparts ? c->round.nparts : 1));
+    for (int g = 0; v && g < 2; g++) {
+        int k = 0;
+        for (int i = 0; i < c->round.nparts; i++)
+            if (c->round.parts[i].state == FM_PART_COMPLETED && c->round.parts[i].norm[g] > 0.0)
+                v[k++] = c->round.parts[i].norm[g];
+        if (k)
+            clip[g] = FM_CLIP_AUTO_FACTOR * fm_median(v, k);
+    }
+    free(v);
+}
+
 /* The checkpoint of the state after this round: the pool takes the round's
  * prompts (pool strategies), in id order. */
 static fm_status encode_checkpoint(fm_coordinator_t *c, uint8_t **blob, size_t *len)
@@ -162,6 +185,7 @@ static fm_status encode_checkpoint(fm_coordinator_t *c, uint8_t **blob, size_t *
     const int *order = fm_registry_sorted(c->reg);
     fm_checkpoint_t ck = {.round = c->round.number, .global = c->global, .nglobal = c->dims.nmodel,
                           .prompt = c->gprompt, .nprompt = c->dims.nprompt};
+    next_clip(c, ck.clip);
     ck.pool_ids = malloc(64 * (size_t)(n ? n : 1));
     ck.pool = malloc(sizeof(float) * c->dims.nprompt * (size_t)(n ? n : 1));
     if (!ck.pool_ids || !ck.pool) {
@@ -192,9 +216,9 @@ static fm_status encode_checkpoint(fm_coordinator_t *c, uint8_t **blob, size_t *
 static fm_status commit_round(fm_coordinator_t *c, double now)
 {
     fm_exchange_t e = fm_exchange_of(c->spec.strategy);
-    if (e.model && fm_aggregator_mean(c->agg_model, c->global) != FM_OK)
+    if (e.model && fm_aggregator_result(c->agg_model, c->global) != FM_OK)
         return FM_ERR_STATE;
-    if (e.prompt && fm_aggregator_mean(c->agg_prompt, c->gprompt) != FM_OK)
+    if (e.prompt && fm_aggregator_result(c->agg_prompt, c->gprompt) != FM_OK)
         return FM_ERR_STATE;
     fm_round_row_t r;
     round_row(c, now, &r);
@@ -217,6 +241,7 @@ static fm_status commit_round(fm_coordinator_t *c, double now)
     free(rows);
     if (st != FM_OK)
         return st;
+    next_clip(c, c->clip);
     for (int i = 0; e.pool && i < c->round.nparts; i++) {
         fm_participant_t *p = &c->round.parts[i];
         fm_client_t *cl = fm_registry_at(c->reg, p->slot);
@@ -226,8 +251,12 @@ static fm_status commit_round(fm_coordinator_t *c, double now)
             p->prompt = NULL;
         }
     }
-    fm_info("round %d/%d: %d/%d clients, train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.1f s", r.round,
-            c->cfg.rounds, r.completed, r.selected, r.train_loss, r.test_loss, 100.0 * r.test_accuracy, r.seconds);
+    char clipped[48] = "";
+    if (c->clipped)
+        snprintf(clipped, sizeof clipped, " (%d clipped)", c->clipped);
+    fm_info("round %d/%d: %d/%d clients%s, train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.1f s", r.round,
+            c->cfg.rounds, r.completed, r.selected, clipped, r.train_loss, r.test_loss, 100.0 * r.test_accuracy,
+            r.seconds);
     return FM_OK;
 }
 

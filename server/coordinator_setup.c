@@ -23,6 +23,8 @@ static fm_status apply_checkpoint(fm_coordinator_t *c, const fm_checkpoint_t *ck
     }
     memcpy(c->global, ck->global, sizeof(float) * c->dims.nmodel);
     memcpy(c->gprompt, ck->prompt, sizeof(float) * c->dims.nprompt);
+    if (c->spec.clip_norm == FM_CLIP_AUTO)
+        memcpy(c->clip, ck->clip, sizeof c->clip);
     for (int i = 0; i < ck->pool_count; i++) {
         int slot = fm_registry_find(c->reg, ck->pool_ids[i]);
         if (slot < 0 && (slot = fm_registry_add(c->reg, ck->pool_ids[i])) < 0)
@@ -218,6 +220,9 @@ fm_status fm_coordinator_new(fm_coordinator_t **out, const fm_server_config_t *c
         (st = fm_aggregator_new(&c->agg_prompt, c->dims.nprompt)) != FM_OK)
         goto fail;
     data_sizes(c);
+    fm_aggregator_set_rule(c->agg_model, &c->spec.aggregate);
+    fm_aggregator_set_rule(c->agg_prompt, &c->spec.aggregate);
+    c->clip[0] = c->clip[1] = c->spec.clip_norm > 0.0 ? c->spec.clip_norm : 0.0;
     c->max_message = cfg->max_message ? cfg->max_message : 2 * 4 * (c->dims.nmodel + c->dims.nprompt) + (1u << 20);
     if ((st = check_disk(cfg->db, 8 * (c->dims.nmodel + c->dims.nprompt) * 4)) != FM_OK ||
         (st = fm_store_open(&c->store, cfg->db, false)) != FM_OK || (st = start_or_resume(c)) != FM_OK)

@@ -48,6 +48,7 @@ typedef struct {
     fm_part_state state;
     uint8_t nonce[16];         /* its Task's nonce (FM_NONCE_BYTES), fresh at the round's opening */
     float *prompt;             /* uploaded prompt, staged until the round commits (owned) */
+    double norm[2];            /* its update's L2 distance from the state sent (model, prompt), before clipping */
     fm_client_round_row_t row; /* its line in the round log */
 } fm_participant_t;
 

@@ -33,7 +33,7 @@ static void test_weighted_mean_and_order(void **state)
     float *m1 = malloc(sizeof(float) * N), *m2 = malloc(sizeof(float) * N);
     for (int c = 0; c < CLIENTS; c++)
         assert_int_equal(fm_aggregator_add(a, x[c], w[c]), FM_OK);
-    assert_int_equal(fm_aggregator_mean(a, m1), FM_OK);
+    assert_int_equal(fm_aggregator_result(a, m1), FM_OK);
     assert_int_equal(fm_aggregator_count(a), CLIENTS);
     /* against a weighted average computed here in long double */
     for (int i = 0; i < N; i++) {
@@ -57,7 +57,7 @@ static void test_weighted_mean_and_order(void **state)
         fm_aggregator_reset(a);
         for (int c = 0; c < CLIENTS; c++)
             assert_int_equal(fm_aggregator_add(a, x[order[c]], w[order[c]]), FM_OK);
-        assert_int_equal(fm_aggregator_mean(a, m2), FM_OK);
+        assert_int_equal(fm_aggregator_result(a, m2), FM_OK);
         assert_memory_equal(m1, m2, sizeof(float) * N);
     }
     /* a naive float sum is not order-independent on the same data (the property is not free) */
@@ -85,7 +85,7 @@ static void test_bad_updates_change_nothing(void **state)
     fm_aggregator_t *a = NULL;
     assert_int_equal(fm_aggregator_new(&a, 3), FM_OK);
     float m[3];
-    assert_int_equal(fm_aggregator_mean(a, m), FM_ERR_STATE);
+    assert_int_equal(fm_aggregator_result(a, m), FM_ERR_STATE);
     float good[3] = {1, 2, 3}, nan_[3] = {1, NAN, 3}, inf_[3] = {INFINITY, 0, 0}, huge[3] = {0, 3e9f, 0};
     assert_int_equal(fm_aggregator_add(a, good, 2), FM_OK);
     assert_int_equal(fm_aggregator_add(a, nan_, 2), FM_ERR_ARG);
@@ -95,9 +95,97 @@ static void test_bad_updates_change_nothing(void **state)
     assert_int_equal(fm_aggregator_add(a, good, FM_AGG_MAX_WEIGHT + 1), FM_ERR_ARG);
     assert_int_equal(fm_aggregator_count(a), 1);
     assert_int_equal(fm_aggregator_total_weight(a), 2);
-    assert_int_equal(fm_aggregator_mean(a, m), FM_OK);
+    assert_int_equal(fm_aggregator_result(a, m), FM_OK);
     assert_float_equal(m[1], 2.0f, 0);
     fm_aggregator_destroy(&a);
+}
+
+/* The robust rules against a per-coordinate sort done here: 7 honest updates
+ * near 1 and 2 attackers at +-1e8; the median and the 0.25-trimmed mean stay
+ * near 1 while the mean is ruined; any arrival order gives the same bits. */
+static void test_robust_rules(void **state)
+{
+    (void)state;
+    enum { K = 9, M = 1000 };
+    fm_rng_t r;
+    fm_rng_init(&r, 3, 1);
+    float *x[K];
+    for (int c = 0; c < K; c++) {
+        x[c] = malloc(sizeof(float) * M);
+        for (int i = 0; i < M; i++)
+            x[c][i] = c < 7 ? 1.0f + 0.1f * (float)fm_rng_normal(&r) : (c == 7 ? 1e8f : -3e8f);
+    }
+    const char *names[] = {"median", "trimmed-mean:0.25", "mean"};
+    float out[3][M], again[M];
+    for (int rule = 0; rule < 3; rule++) {
+        fm_agg_spec_t s;
+        assert_int_equal(fm_agg_spec_parse("--aggregate", names[rule], &s), FM_OK);
+        char back[64];
+        fm_agg_spec_name(&s, back, sizeof back);
+        assert_string_equal(back, names[rule]);
+        fm_aggregator_t *a = NULL;
+        assert_int_equal(fm_aggregator_new(&a, M), FM_OK);
+        fm_aggregator_set_rule(a, &s);
+        for (int c = 0; c < K; c++)
+            assert_int_equal(fm_aggregator_add(a, x[c], 1 + (uint64_t)c * 1000), FM_OK);
+        assert_int_equal(fm_aggregator_result(a, out[rule]), FM_OK);
+        for (int trial = 0; trial < 5; trial++) {
+            uint32_t perm[K];
+            for (int c = 0; c < K; c++)
+                perm[c] = (uint32_t)c;
+            fm_rng_shuffle(&r, perm, K);
+            fm_aggregator_reset(a);
+            for (int c = 0; c < K; c++)
+                assert_int_equal(fm_aggregator_add(a, x[perm[c]], 1 + (uint64_t)perm[c] * 1000), FM_OK);
+            assert_int_equal(fm_aggregator_result(a, again), FM_OK);
+            assert_memory_equal(out[rule], again, sizeof again);
+        }
+        fm_aggregator_destroy(&a);
+    }
+    for (int i = 0; i < M; i++) {
+        float col[K];
+        for (int c = 0; c < K; c++)
+            col[c] = x[c][i];
+        for (int p = 1; p < K; p++) /* sort here */
+            for (int q = p; q > 0 && col[q - 1] > col[q]; q--) {
+                float t = col[q];
+                col[q] = col[q - 1];
+                col[q - 1] = t;
+            }
+        assert_float_equal(out[0][i], col[4], 0);
+        double trimmed = 0; /* floor(0.25 x 9) = 2 cut at each end */
+        for (int c = 2; c < K - 2; c++)
+            trimmed += col[c];
+        assert_float_equal(out[1][i], (float)(trimmed / 5), 1e-6);
+        assert_true(fabsf(out[0][i] - 1.0f) < 0.5f && fabsf(out[1][i] - 1.0f) < 0.5f);
+        assert_true(fabsf(out[2][i]) > 1e6f); /* the weighted mean is the attackers' */
+    }
+    fm_agg_spec_t s;
+    assert_int_equal(fm_agg_spec_parse("--aggregate", "trimmed-mean:0.5", &s), FM_ERR_ARG);
+    assert_int_equal(fm_agg_spec_parse("--aggregate", "trimmed-mean:", &s), FM_ERR_ARG);
+    assert_int_equal(fm_agg_spec_parse("--aggregate", "krum", &s), FM_ERR_ARG);
+    for (int c = 0; c < K; c++)
+        free(x[c]);
+}
+
+/* Clipping bounds the distance from the reference and keeps the direction;
+ * an update within the bound, or no bound, is left as it is. */
+static void test_clip_to_norm(void **state)
+{
+    (void)state;
+    float ref[4] = {1, 1, 1, 1}, x[4] = {4, 5, 1, 1}; /* distance 5 */
+    assert_float_equal(fm_clip_to_norm(x, ref, 4, 10.0), 5.0, 1e-12);
+    assert_float_equal(x[0], 4.0f, 0);
+    assert_float_equal(fm_clip_to_norm(x, ref, 4, 0.0), 5.0, 1e-12);
+    assert_float_equal(x[1], 5.0f, 0);
+    assert_float_equal(fm_clip_to_norm(x, ref, 4, 1.0), 5.0, 1e-12);
+    assert_float_equal(x[0], 1.6f, 1e-6); /* 1 + 3/5 */
+    assert_float_equal(x[1], 1.8f, 1e-6); /* 1 + 4/5 */
+    assert_float_equal(x[2], 1.0f, 0);
+    assert_float_equal(fm_clip_to_norm(x, ref, 4, 1.0), 1.0, 1e-6);
+    double v[4] = {7, 1, 3, 100};
+    assert_float_equal(fm_median(v, 4), 5.0, 0);
+    assert_float_equal(fm_median(v, 3), 3.0, 0); /* the sorted first three: 1 3 7 */
 }
 
 static void test_knn(void **state)
@@ -136,6 +224,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_weighted_mean_and_order),
         cmocka_unit_test(test_bad_updates_change_nothing),
+        cmocka_unit_test(test_robust_rules),
+        cmocka_unit_test(test_clip_to_norm),
         cmocka_unit_test(test_knn),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -51,6 +51,20 @@ static void show_schedule(const fm_options_t *o, char *buf, size_t cap)
     snprintf(buf, cap, "%s", fm_lr_schedule_name(o->spec->lr_schedule));
 }
 
+static fm_status set_aggregate(fm_options_t *o, const char *flag, const char *v)
+{
+    return fm_agg_spec_parse(flag, v, &o->spec->aggregate);
+}
+
+static void show_aggregate(const fm_options_t *o, char *buf, size_t cap) { fm_agg_spec_name(&o->spec->aggregate, buf, cap); }
+
+static fm_status set_clip(fm_options_t *o, const char *flag, const char *v)
+{
+    return fm_clip_norm_parse(flag, v, &o->spec->clip_norm);
+}
+
+static void show_clip(const fm_options_t *o, char *buf, size_t cap) { fm_clip_norm_name(o->spec->clip_norm, buf, cap); }
+
 /* The partition scheme: three flags, each choosing the scheme and its parameter. */
 static fm_status set_dirichlet(fm_options_t *o, const char *flag, const char *v)
 {
@@ -213,6 +227,14 @@ static const fm_option_t table[] = {
      "(local, comigs, full); 0 turns it off"},
     {"threads", 0, FM_OPT_INT, "N", 1, 256, C, 0, O(threads), NULL, NULL, NULL, FM_OPT_G_TRAIN, "OpenBLAS threads"},
     /* the rest */
+    {"aggregate", 0, FM_OPT_CUSTOM, "RULE", 0, 0, S | M, 0, 0, 0, set_aggregate, show_aggregate, NULL, FM_OPT_G_END,
+     "how the averaged groups are combined: mean (weighted),\n"
+     "median or trimmed-mean:F (coordinate-wise, unweighted;\n"
+     "F of the updates cut at each end, e.g. 0.2)"},
+    {"clip-norm", 0, FM_OPT_CUSTOM, "C", 0, 0, S | M, 0, 0, 0, set_clip, show_clip, NULL, FM_OPT_G_END,
+     "bound each update's L2 distance from the state it was\n"
+     "sent: a number, off, or auto (2x the median distance of\n"
+     "the previous round's updates; none in round 1)"},
     {"max-weight", 0, FM_OPT_U64, "N", 1, (double)(1ull << 29), S, 0, O(max_weight), NULL, NULL,
      "the largest partition", FM_OPT_G_END,
      "the averaging weight a client on data of its own may\nclaim (its declared training examples, capped);\n"

@@ -2,6 +2,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fedmoe/args.h"
@@ -45,6 +46,34 @@ void fm_run_spec_default(fm_run_spec_t *s)
     snprintf(s->dataset, sizeof s->dataset, "fmnist");
     fm_partition_config_default(&s->part);
     s->partition_count = 10;
+    s->aggregate.rule = FM_AGG_MEAN;
+    s->clip_norm = FM_CLIP_AUTO;
+}
+
+void fm_clip_norm_name(double clip, char *buf, size_t cap)
+{
+    if (clip == FM_CLIP_AUTO)
+        snprintf(buf, cap, "auto");
+    else if (clip == 0.0)
+        snprintf(buf, cap, "off");
+    else
+        snprintf(buf, cap, "%g", clip);
+}
+
+fm_status fm_clip_norm_parse(const char *flag, const char *text, double *out)
+{
+    if (!strcmp(text, "auto") || !strcmp(text, "off")) {
+        *out = text[0] == 'a' ? FM_CLIP_AUTO : 0.0;
+        return FM_OK;
+    }
+    char *end;
+    double v = strtod(text, &end);
+    if (end == text || *end || !(v > 0.0 && v < 1e12)) {
+        fm_error_set("%s: '%s' is not auto, off or a positive number", flag, text);
+        return FM_ERR_ARG;
+    }
+    *out = v;
+    return FM_OK;
 }
 
 fm_status fm_run_spec_finish(fm_run_spec_t *s)
@@ -81,6 +110,9 @@ fm_status fm_run_spec_finish(fm_run_spec_t *s)
 size_t fm_run_spec_json(const fm_run_spec_t *s, char *buf, size_t cap)
 {
     const fm_model_config_t *c = &s->model;
+    char rule[64], clip[32];
+    fm_agg_spec_name(&s->aggregate, rule, sizeof rule);
+    fm_clip_norm_name(s->clip_norm, clip, sizeof clip);
     int n = snprintf(
         buf, cap,
         "{\"strategy\":\"%s\",\"seed\":%llu,\"dataset\":\"%s\",\"partition\":{\"scheme\":\"%s\",\"alpha\":%g,"
@@ -90,7 +122,8 @@ size_t fm_run_spec_json(const fm_run_spec_t *s, char *buf, size_t cap)
         "\"prompt_len\":%d,\"prompt_dim\":%d,\"text_hidden\":%d,\"heads\":%d,\"max_nonlocal\":%d,"
         "\"attn_scale\":%g,\"lambda\":%g,\"tau\":%g,\"gating\":%s,\"gating_on_validation\":%s},"
         "\"train\":{\"batch\":%d,\"expert_steps\":%d,\"router_steps\":%d,\"lr\":%g,\"router_lr\":%g,"
-        "\"weight_decay\":%g,\"local_epochs\":%d,\"lb_in_upper\":%s,\"anchor\":%g,\"lr_schedule\":\"%s\"}}",
+        "\"weight_decay\":%g,\"local_epochs\":%d,\"lb_in_upper\":%s,\"anchor\":%g,\"lr_schedule\":\"%s\"},"
+        "\"aggregation\":{\"rule\":\"%s\",\"clip\":\"%s\"}}",
         fm_strategy_name(s->strategy), (unsigned long long)s->seed, s->dataset, fm_partition_kind_name(s->part.kind),
         s->part.alpha, s->part.classes_per_client, s->part.min_samples, s->partition_count, s->holdout ? "true" : "false",
         fm_stem_name(c->stem), c->in_dim, c->classes, c->d, c->blocks, c->generalists,
@@ -99,7 +132,7 @@ size_t fm_run_spec_json(const fm_run_spec_t *s, char *buf, size_t cap)
         c->gating ? "true" : "false", c->gating_on_validation ? "true" : "false", s->train.batch,
         s->train.expert_steps, s->train.router_steps, s->train.lower.lr, s->train.upper.lr,
         s->train.lower.weight_decay, s->local_epochs, s->train.lb_in_upper ? "true" : "false",
-        s->train.anchor, fm_lr_schedule_name(s->lr_schedule));
+        s->train.anchor, fm_lr_schedule_name(s->lr_schedule), rule, clip);
     return n < 0 ? 0 : (size_t)n;
 }
 

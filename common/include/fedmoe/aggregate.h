@@ -1,9 +1,15 @@
-/* aggregate.h - exact, order-independent weighted averaging, and K-nearest prompts.
+/* aggregate.h - exact, order-independent aggregation rules, norm clipping, and
+ * K-nearest prompts.
  *
- * The aggregator accumulates weight * x for each update as it arrives, in 128-bit
- * fixed point (2^-40 resolution): integer addition is associative, so the result
- * does not depend on the order in which updates arrive, and memory stays one
- * accumulator per parameter whatever the number of clients. */
+ * Rule mean (the default): the aggregator accumulates weight * x for each update
+ * as it arrives, in 128-bit fixed point (2^-40 resolution): integer addition is
+ * associative, so the result does not depend on the order in which updates
+ * arrive, and memory stays one accumulator per parameter whatever the number of
+ * clients. The robust rules, coordinate-wise median and trimmed mean (Yin et al.
+ * 2018), keep every update of the round (memory: updates x values) and, per
+ * coordinate, sort the values: the result is a function of the set of updates
+ * alone. They are unweighted: a client's sample count buys it no more than one
+ * value per coordinate. */
 #ifndef FEDMOE_AGGREGATE_H
 #define FEDMOE_AGGREGATE_H
 
@@ -18,23 +24,53 @@
 
 typedef struct fm_aggregator fm_aggregator_t;
 
+typedef enum {
+    FM_AGG_MEAN = 0,     /* weighted mean */
+    FM_AGG_TRIMMED_MEAN, /* per coordinate: drop the floor(trim x k) smallest and largest, average the rest */
+    FM_AGG_MEDIAN,       /* per coordinate: the median (the mean of the two middle values for even k) */
+} fm_agg_rule;
+
+/* A rule and its parameter, as the flag --aggregate spells them. */
+typedef struct {
+    fm_agg_rule rule;
+    double trim; /* trimmed mean: the fraction cut at each end, in (0, 0.5) */
+} fm_agg_spec_t;
+/* "mean", "median", "trimmed-mean:0.2" into buf; and the inverse (FM_ERR_ARG
+ * with a reason naming flag). */
+void fm_agg_spec_name(const fm_agg_spec_t *s, char *buf, size_t cap);
+fm_status fm_agg_spec_parse(const char *flag, const char *text, fm_agg_spec_t *out);
+
 /* An aggregator of n values; caller destroys it. */
 fm_status fm_aggregator_new(fm_aggregator_t **out, size_t n);
 /* Frees the aggregator, sets *a to NULL; safe on NULL. */
 void fm_aggregator_destroy(fm_aggregator_t **a);
-/* Forgets everything added. */
+/* Sets the rule (mean when never set); forgets everything added. */
+void fm_aggregator_set_rule(fm_aggregator_t *a, const fm_agg_spec_t *s);
+/* Forgets everything added (a robust rule keeps its buffer for the next round). */
 void fm_aggregator_reset(fm_aggregator_t *a);
+/* Makes room for k updates (robust rules keep them), so that adding up to k
+ * checked updates cannot fail. */
+fm_status fm_aggregator_reserve(fm_aggregator_t *a, int k);
 /* Checks that x (n values) can be added with this weight: finite, within
  * FM_AGG_MAX_ABS, 0 < weight <= FM_AGG_MAX_WEIGHT. */
 fm_status fm_aggregator_check(const fm_aggregator_t *a, const float *x, uint64_t weight);
-/* Adds weight * x; checks first and changes nothing on error. */
+/* Adds weight * x (mean) or keeps a copy of x (robust rules); checks first and
+ * changes nothing on error (FM_ERR_NOMEM when a copy cannot be kept). */
 fm_status fm_aggregator_add(fm_aggregator_t *a, const float *x, uint64_t weight);
-/* out (n) = sum(weight x) / sum(weight). FM_ERR_STATE when nothing was added. */
-fm_status fm_aggregator_mean(const fm_aggregator_t *a, float *out);
+/* out (n) = the rule over what was added: sum(weight x) / sum(weight) for mean.
+ * FM_ERR_STATE when nothing was added. */
+fm_status fm_aggregator_result(const fm_aggregator_t *a, float *out);
 /* Its vector length, the total weight and the number of updates added so far. */
 size_t fm_aggregator_size(const fm_aggregator_t *a);
 uint64_t fm_aggregator_total_weight(const fm_aggregator_t *a);
 int fm_aggregator_count(const fm_aggregator_t *a);
+
+/* Bounds the L2 norm of x - ref (n values) by bound: when it is larger, x
+ * becomes ref + (x - ref) x bound / norm. bound <= 0: no bound. Returns the norm
+ * before clipping (summed in index order in double: a function of x and ref). */
+double fm_clip_to_norm(float *x, const float *ref, size_t n, double bound);
+/* The median of v[0..n) (sorts v); 0 when n is 0. */
+double fm_median(double *v, int n);
 
 /* The k entries nearest (L2) to entries[self] among entries[0..n) that are not
  * NULL, excluding self; ties go to the lower index. Writes their indices, nearest

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fedmoe/aggregate.h"
 #include "fedmoe/clientdata.h"
 #include "fedmoe/model.h"
 #include "fedmoe/params.h"
@@ -65,7 +66,19 @@ typedef struct fm_run_spec {
     int partition_count;       /* clients the data is split over */
     bool holdout;              /* clients evaluate on a held-out part of their train and
                                 * validation data; the test split is not used (tuning) */
+    /* the coordinator's, never sent: how it combines the averaged groups */
+    fm_agg_spec_t aggregate;   /* mean */
+    double clip_norm;          /* bound on each update's L2 distance from the state it was sent:
+                                * > 0 fixed, 0 none, FM_CLIP_AUTO (the default) */
 } fm_run_spec_t;
+
+/* clip_norm FM_CLIP_AUTO: FM_CLIP_AUTO_FACTOR x the median distance of the
+ * previous round's accepted updates (no bound before a round has committed). */
+#define FM_CLIP_AUTO (-1.0)
+#define FM_CLIP_AUTO_FACTOR 2.0
+/* "auto", "off" or the number into buf; and the inverse. */
+void fm_clip_norm_name(double clip, char *buf, size_t cap);
+fm_status fm_clip_norm_parse(const char *flag, const char *text, double *out);
 
 /* Defaults: strategy full, seed 1, the default model / training, fmnist with
  * Dirichlet 0.3 over 10 clients, one local epoch, cosine learning-rate schedule. */
