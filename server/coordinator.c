@@ -20,6 +20,7 @@ void fm_server_config_from_options(const fm_options_t *o, fm_server_config_t *c)
     c->fraction = o->fraction;
     c->round_timeout = o->round_timeout;
     c->client_timeout = o->client_timeout;
+    c->partition_lease = o->partition_lease;
     c->new_run = o->new_run;
     c->max_message = o->max_message;
     c->max_weight = o->max_weight;
@@ -111,9 +112,29 @@ void fm_coord_send_task(fm_coordinator_t *c, fm_participant_t *p)
 
 /* ---- hello ------------------------------------------------------------------ */
 
+static void log_client(fm_coordinator_t *c, const fm_client_t *cl);
+
+/* Partitions of clients gone (not connected) for longer than the partition
+ * lease are released, so that a client that took one and left cannot hold it
+ * for good; a client not seen since this coordinator started counts from its
+ * start. */
+static void release_expired(fm_coordinator_t *c)
+{
+    for (int i = 0; i < fm_registry_count(c->reg); i++) {
+        fm_client_t *cl = fm_registry_at(c->reg, i);
+        double gone = c->now - (cl->greeted ? cl->last_seen : c->started);
+        if (cl->partition < 0 || cl->connected || gone <= c->cfg.partition_lease)
+            continue;
+        fm_info("client %s gone for %.0f s: its partition %d is released", cl->id, gone, cl->partition);
+        cl->partition = -1;
+        log_client(c, cl);
+    }
+}
+
 /* The partition a Hello gets, or -1 with a reason in why. */
 static int lease_partition(fm_coordinator_t *c, int slot, const Fedmoe__Hello *h, char *why, size_t cap)
 {
+    release_expired(c);
     if (h->partition_index < -1 || h->partition_index >= c->spec.partition_count) {
         snprintf(why, cap, "partition %d is outside 0..%d", h->partition_index, c->spec.partition_count - 1);
         return -1;
@@ -363,7 +384,7 @@ static void handle_update(fm_coordinator_t *c, const char *id, int slot, const F
 void fm_coordinator_handle(fm_coordinator_t *c, const char *id, const uint8_t *data, size_t len, double now)
 {
     Fedmoe__Envelope *env = NULL;
-    c->now = now;
+    fm_coord_set_now(c, now);
     if (fm_wire_decode(data, len, c->max_message, &env) != FM_OK) {
         send_error(c, id, fm_wire_last_code(), fm_error_last());
         return;

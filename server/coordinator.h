@@ -29,6 +29,7 @@ typedef struct {
     double fraction;       /* fraction of connected clients selected per round (1.0) */
     double round_timeout;  /* seconds from tasks to deadline (600) */
     double client_timeout; /* seconds without a message before a client is taken as gone (15) */
+    double partition_lease; /* seconds a gone client keeps its partition (120) */
     bool new_run;          /* start a new run even if the latest one is unfinished */
     size_t max_message;    /* bytes; 0 = derived from the model size */
     uint64_t max_weight;   /* weight cap of clients on their own data; 0 = the largest partition */

@@ -33,10 +33,22 @@ struct fm_coordinator {
     int clipped;                  /* updates clipped this round */
     int64_t bytes_up, bytes_down; /* this round */
     double now;                   /* the time of the message or tick being handled */
+    double started;               /* the time of the first message or tick */
+    bool started_set;
     fm_log_limit_t refusals;      /* refusal warnings, at most WARNINGS_PER_SECOND */
     double waiting_logged;
     bool finished;
 };
+
+/* The time of the message or tick being handled (and of the first one). */
+static inline void fm_coord_set_now(fm_coordinator_t *c, double now)
+{
+    c->now = now;
+    if (!c->started_set) {
+        c->started = now;
+        c->started_set = true;
+    }
+}
 
 /* Sends participant p its Task (coordinator.c). */
 void fm_coord_send_task(fm_coordinator_t *c, fm_participant_t *p);

@@ -21,9 +21,14 @@ static void sweep_silent(fm_coordinator_t *c, double now)
 {
     for (int i = 0; i < fm_registry_count(c->reg); i++) {
         fm_client_t *cl = fm_registry_at(c->reg, i);
-        if (!(cl->connected && cl->ready && now - cl->last_seen > c->cfg.client_timeout))
+        if (!(cl->connected && now - cl->last_seen > c->cfg.client_timeout))
             continue;
-        cl->connected = false;
+        cl->connected = false; /* (also one that never had its data: its partition lease runs from now) */
+        if (!cl->ready) {
+            fm_debug("client %s silent for %.0f s before it had its data: taken as gone", cl->id,
+                     now - cl->last_seen);
+            continue;
+        }
         fm_participant_t *p = fm_round_find(&c->round, i);
         bool awaited = p && p->state == FM_PART_AWAITED;
         if (p)
@@ -311,6 +316,7 @@ fm_status fm_coordinator_tick(fm_coordinator_t *c, double now)
 {
     if (c->finished)
         return FM_OK;
+    fm_coord_set_now(c, now);
     fm_log_limit_flush(&c->refusals, now, "refusals");
     sweep_silent(c, now);
     fm_status st = FM_OK;

@@ -526,6 +526,82 @@ static void test_weights_decided_by_coordinator(void **state)
     finish(&c);
 }
 
+/* The change from the k-th to the (k+1)-th Task of a, at value i. */
+static float task_step(int k, size_t i)
+{
+    const Fedmoe__Tensor *t1 = task_model("a", k), *t2 = task_model("a", k + 1);
+    float x, y;
+    memcpy(&x, t1->data.data + 4 * i, 4);
+    memcpy(&y, t2->data.data + 4 * i, 4);
+    return y - x;
+}
+
+/* --clip-norm: a fixed bound shrinks a long update to the bound and keeps its
+ * direction; auto learns the bound (2x the median distance) from the previous
+ * round: nothing is clipped in round 1, a long update in round 2 is. */
+static void test_clip_bounds(void **state)
+{
+    (void)state;
+    fm_server_config_t cfg;
+    small_config(&cfg, 2, 2);
+    cfg.spec.clip_norm = 1.0;
+    fm_coordinator_t *c = start(&cfg);
+    hello(c, "a", 100, 0.0);
+    hello(c, "b", 100, 0.0);
+    assert_int_equal(fm_coordinator_tick(c, 0.0), FM_OK);
+    const Fedmoe__Tensor *t = task_model("a", 1);
+    double n = (double)(t->data.len / 4);
+    update(c, "a", 0.001f, 100, HONEST, 1.0); /* distance 0.001 sqrt(n): within 1 */
+    update(c, "b", 1.0f, 100, HONEST, 1.0);   /* distance sqrt(n): clipped to 1 */
+    expect_rounds(c, &cfg, 1.0, 1);
+    for (size_t i = 0; i < (size_t)n; i += 101)
+        assert_float_equal(task_step(1, i), (0.001 + 1.0 / sqrt(n)) / 2, 1e-5);
+    finish(&c);
+
+    small_config(&cfg, 2, 2); /* auto, the default */
+    assert_true(cfg.spec.clip_norm == FM_CLIP_AUTO);
+    c = start(&cfg);
+    hello(c, "a", 100, 0.0);
+    hello(c, "b", 100, 0.0);
+    assert_int_equal(fm_coordinator_tick(c, 0.0), FM_OK);
+    update(c, "a", 0.01f, 100, HONEST, 1.0);
+    update(c, "b", 0.03f, 100, HONEST, 1.0); /* round 1: no bound yet */
+    expect_rounds(c, &cfg, 1.0, 1);
+    update(c, "a", 0.01f, 100, HONEST, 2.0);
+    update(c, "b", 1.0f, 100, HONEST, 2.0); /* bound 2 x median(0.01, 0.03) sqrt(n) = 0.04 sqrt(n) */
+    expect_rounds(c, &cfg, 2.0, 2);
+    for (size_t i = 0; i < (size_t)n; i += 101) {
+        assert_float_equal(task_step(1, i), 0.02, 1e-5);
+        assert_float_equal(task_step(2, i), (0.01 + 0.04) / 2, 1e-4);
+    }
+    finish(&c);
+}
+
+/* Partition squatting: two ids take both partitions with a Hello and leave.
+ * An honest client is refused while their leases run, and given a partition
+ * once they have been gone past --partition-lease. */
+static void test_partition_lease(void **state)
+{
+    (void)state;
+    fm_server_config_t cfg;
+    small_config(&cfg, 2, 2);
+    cfg.partition_lease = 30.0;
+    fm_coordinator_t *c = start(&cfg);
+    hello(c, "s1", 0, 0.0);
+    hello(c, "s2", 0, 0.0);
+    assert_int_equal(count_sent(NULL, FEDMOE__ENVELOPE__BODY_WELCOME, NULL), 2);
+    assert_int_equal(fm_coordinator_tick(c, 20.0), FM_OK); /* silent past the client timeout */
+    hello(c, "honest", 0, 25.0);
+    assert_int_equal(last_error_code("honest"), FM_WIRE_REJECTED); /* leases still running */
+    hello(c, "honest", 0, 31.0);
+    assert_int_equal(count_sent("honest", FEDMOE__ENVELOPE__BODY_WELCOME, NULL), 1);
+    hello(c, "s1", 0, 32.0); /* back: the other released partition */
+    assert_int_equal(count_sent("s1", FEDMOE__ENVELOPE__BODY_WELCOME, NULL), 2);
+    hello(c, "late", 0, 33.0);
+    assert_int_equal(last_error_code("late"), FM_WIRE_REJECTED); /* both held by clients present */
+    finish(&c);
+}
+
 int main(void)
 {
     fm_log_set_level(FM_LOG_ERROR);
@@ -540,6 +616,8 @@ int main(void)
         cmocka_unit_test(test_bad_bytes_and_unknown_clients),
         cmocka_unit_test(test_hello_flood_writes_nothing),
         cmocka_unit_test(test_weights_decided_by_coordinator),
+        cmocka_unit_test(test_clip_bounds),
+        cmocka_unit_test(test_partition_lease),
     };
     return procs_run_tests("coordinator", tests, sizeof tests / sizeof tests[0], dir, sizeof dir);
 }

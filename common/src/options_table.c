@@ -138,6 +138,9 @@ static const fm_option_t table[] = {
     {"client-timeout", 0, FM_OPT_DOUBLE, "S", 0.5, 1e7, S, 0, O(client_timeout), NULL, NULL, NULL, FM_OPT_G_RUN,
      "seconds without a message (clients send a heartbeat every second,\n"
      "also while training) before a client is taken as gone"},
+    {"partition-lease", 0, FM_OPT_DOUBLE, "S", 1.0, 1e7, S, 0, O(partition_lease), NULL, NULL, NULL, FM_OPT_G_RUN,
+     "seconds a client gone keeps its partition; then another\n"
+     "client may be given it"},
     {"strategy", 0, FM_OPT_CUSTOM, "S", 0, 0, S | M, 0, 0, 0, set_strategy, show_strategy, NULL, FM_OPT_G_RUN,
      "local, fedavg, comigs, pfedmoap or full"},
     {"seed", 0, FM_OPT_U64, "N", 0, 0, S | C | M, SPEC, R(seed), NULL, NULL, NULL, FM_OPT_G_RUN, "run seed"},
@@ -271,6 +274,7 @@ void fm_options_default(fm_options_t *o, fm_prog prog, struct fm_run_spec *spec)
     o->fraction = 1.0;
     o->round_timeout = 600.0;
     o->client_timeout = 15.0;
+    o->partition_lease = 120.0;
     /* the client's (fedmoe-client takes the endpoint and id from
      * fm_session_config_default) */
     o->partition_index = -1;

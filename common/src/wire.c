@@ -135,11 +135,76 @@ fm_status fm_wire_encode(Fedmoe__Envelope *env, uint8_t **buf, size_t *len)
     return FM_OK;
 }
 
+static bool varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
+{
+    *v = 0;
+    for (int shift = 0; shift < 64 && *p < end; shift += 7) {
+        uint8_t b = *(*p)++;
+        *v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80))
+            return true;
+    }
+    return false;
+}
+
+/* Counts the embedded messages of a message of type d in p..end, at any depth,
+ * by its schema, before anything is decoded: decoding allocates a structure for
+ * each (a 2-byte empty entry costs ~130 bytes), so their number, not the
+ * message's size, is what bounds the decoder's memory. False when the count
+ * passes FM_WIRE_MAX_SUBMESSAGES or the framing is broken. */
+static bool count_submessages(const ProtobufCMessageDescriptor *d, const uint8_t *p, const uint8_t *end, int depth,
+                              size_t *count)
+{
+    if (depth > 8)
+        return false;
+    while (p < end) {
+        uint64_t key, n;
+        if (!varint(&p, end, &key))
+            return false;
+        switch (key & 7) {
+        case 0:
+            if (!varint(&p, end, &n))
+                return false;
+            break;
+        case 1:
+        case 5: {
+            size_t w = (key & 7) == 1 ? 8 : 4;
+            if ((size_t)(end - p) < w)
+                return false;
+            p += w;
+            break;
+        }
+        case 2: {
+            if (!varint(&p, end, &n) || n > (uint64_t)(end - p))
+                return false;
+            const ProtobufCFieldDescriptor *f =
+                key >> 3 <= UINT32_MAX ? protobuf_c_message_descriptor_get_field(d, (unsigned)(key >> 3)) : NULL;
+            if (f && f->type == PROTOBUF_C_TYPE_MESSAGE &&
+                (++*count > FM_WIRE_MAX_SUBMESSAGES || !count_submessages(f->descriptor, p, p + n, depth + 1, count)))
+                return false;
+            p += n;
+            break;
+        }
+        default: return false; /* groups and unknown wire types: not in this protocol */
+        }
+    }
+    return true;
+}
+
 fm_status fm_wire_decode(const uint8_t *buf, size_t len, size_t max_len, Fedmoe__Envelope **out)
 {
     *out = NULL;
     if (len > max_len) {
         fm_error_set("message of %zu bytes is over the limit of %zu", len, max_len);
+        return reject(FM_WIRE_TOO_LARGE);
+    }
+    size_t parts = 0;
+    if (!count_submessages(&fedmoe__envelope__descriptor, buf, buf + len, 0, &parts)) {
+        if (parts <= FM_WIRE_MAX_SUBMESSAGES) {
+            fm_error_set("message of %zu bytes is not a valid Envelope", len);
+            return reject(FM_WIRE_MALFORMED);
+        }
+        fm_error_set("message of %zu bytes has more than %d embedded messages", len, FM_WIRE_MAX_SUBMESSAGES);
         return reject(FM_WIRE_TOO_LARGE);
     }
     Fedmoe__Envelope *env = fedmoe__envelope__unpack(NULL, len, buf);

@@ -74,7 +74,7 @@ struct fm_options {
     /* the coordinator (fedmoe-server; fedmoe-sim passes some on) */
     char bind[256], db[1024];
     int rounds, min_clients;
-    double fraction, round_timeout, client_timeout;
+    double fraction, round_timeout, client_timeout, partition_lease;
     bool new_run;
     size_t max_message;
     uint64_t max_weight; /* 0: the run's largest partition (1 when the coordinator cannot read the dataset) */

@@ -18,6 +18,11 @@
 #define FM_PROTOCOL_VERSION 1
 
 /* Error codes carried in Error.code (docs/protocol.md). */
+/* The most embedded messages (tensors, specs, ...) at any depth that a message
+ * may hold: counted by the schema before decoding, so decoding costs memory in
+ * proportion to the message's size (a Task with 64 pool prompts has ~80). */
+#define FM_WIRE_MAX_SUBMESSAGES 1024
+
 typedef enum {
     FM_WIRE_OK = 0,
     FM_WIRE_MALFORMED = 1,      /* not a decodable Envelope, or no body */
