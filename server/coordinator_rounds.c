@@ -85,6 +85,9 @@ static fm_status try_open_round(fm_coordinator_t *c, double now)
         fm_aggregator_reset(c->agg_prompt);
         c->bytes_up = c->bytes_down = 0;
         c->clipped = 0;
+        /* auto bounds not learned yet: this round keeps its updates and learns them at the end */
+        fm_aggregator_keep(c->agg_model, c->spec.clip_norm == FM_CLIP_AUTO && c->clip[0] == 0.0);
+        fm_aggregator_keep(c->agg_prompt, c->spec.clip_norm == FM_CLIP_AUTO && c->clip[1] == 0.0);
         if ((st = fm_aggregator_reserve(c->agg_model, want)) == FM_OK &&
             (st = fm_aggregator_reserve(c->agg_prompt, want)) == FM_OK)
             st = fm_round_open(&c->round, slots, ids, want, now);
@@ -221,6 +224,14 @@ static fm_status encode_checkpoint(fm_coordinator_t *c, uint8_t **blob, size_t *
 static fm_status commit_round(fm_coordinator_t *c, double now)
 {
     fm_exchange_t e = fm_exchange_of(c->spec.strategy);
+    double learned[2];
+    next_clip(c, learned);
+    int late[2] = {0, 0}; /* clipped now, with the bounds this round learned */
+    if (e.model && c->spec.clip_norm == FM_CLIP_AUTO && c->clip[0] == 0.0)
+        late[0] = fm_aggregator_clip_rows(c->agg_model, c->global, learned[0]);
+    if (e.prompt && c->spec.clip_norm == FM_CLIP_AUTO && c->clip[1] == 0.0)
+        late[1] = fm_aggregator_clip_rows(c->agg_prompt, c->gprompt, learned[1]);
+    c->clipped += late[0] > late[1] ? late[0] : late[1];
     if (e.model && fm_aggregator_result(c->agg_model, c->global) != FM_OK)
         return FM_ERR_STATE;
     if (e.prompt && fm_aggregator_result(c->agg_prompt, c->gprompt) != FM_OK)

@@ -537,8 +537,8 @@ static float task_step(int k, size_t i)
 }
 
 /* --clip-norm: a fixed bound shrinks a long update to the bound and keeps its
- * direction; auto learns the bound (2x the median distance) from the previous
- * round: nothing is clipped in round 1, a long update in round 2 is. */
+ * direction; auto learns the bound (2x the median distance) from the round
+ * itself in round 1 and from the previous round after. */
 static void test_clip_bounds(void **state)
 {
     (void)state;
@@ -558,21 +558,26 @@ static void test_clip_bounds(void **state)
         assert_float_equal(task_step(1, i), (0.001 + 1.0 / sqrt(n)) / 2, 1e-5);
     finish(&c);
 
-    small_config(&cfg, 2, 2); /* auto, the default */
+    small_config(&cfg, 3, 3); /* auto, the default */
     assert_true(cfg.spec.clip_norm == FM_CLIP_AUTO);
     c = start(&cfg);
     hello(c, "a", 100, 0.0);
     hello(c, "b", 100, 0.0);
+    hello(c, "x", 100, 0.0);
     assert_int_equal(fm_coordinator_tick(c, 0.0), FM_OK);
+    /* round 1 learns its bound from its own updates: 2 x median(0.01, 0.03, 1) sqrt(n) */
     update(c, "a", 0.01f, 100, HONEST, 1.0);
-    update(c, "b", 0.03f, 100, HONEST, 1.0); /* round 1: no bound yet */
+    update(c, "x", 1.0f, 100, HONEST, 1.0);
+    update(c, "b", 0.03f, 100, HONEST, 1.0);
     expect_rounds(c, &cfg, 1.0, 1);
+    /* round 2: the bound learned in round 1 (0.06 sqrt(n)) applies as updates come */
     update(c, "a", 0.01f, 100, HONEST, 2.0);
-    update(c, "b", 1.0f, 100, HONEST, 2.0); /* bound 2 x median(0.01, 0.03) sqrt(n) = 0.04 sqrt(n) */
+    update(c, "b", 1.0f, 100, HONEST, 2.0);
+    update(c, "x", 0.01f, 100, HONEST, 2.0);
     expect_rounds(c, &cfg, 2.0, 2);
     for (size_t i = 0; i < (size_t)n; i += 101) {
-        assert_float_equal(task_step(1, i), 0.02, 1e-5);
-        assert_float_equal(task_step(2, i), (0.01 + 0.04) / 2, 1e-4);
+        assert_float_equal(task_step(1, i), (0.01 + 0.03 + 0.06) / 3, 1e-4);
+        assert_float_equal(task_step(2, i), (0.01 + 0.06 + 0.01) / 3, 1e-4);
     }
     finish(&c);
 }

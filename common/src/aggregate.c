@@ -15,8 +15,10 @@ struct fm_aggregator {
     uint64_t total;
     int count;
     fm_agg_spec_t spec;
-    float *rows;  /* robust rules: the updates added, count x n */
-    int rows_cap; /* rows allocated */
+    bool keep;      /* mean: keep the updates and sum them at the end (fm_aggregator_keep) */
+    float *rows;    /* robust rules and keep: the updates added, count x n */
+    uint64_t *wts;  /* and their weights */
+    int rows_cap;   /* rows allocated */
 };
 
 void fm_agg_spec_name(const fm_agg_spec_t *s, char *buf, size_t cap)
@@ -71,6 +73,7 @@ void fm_aggregator_destroy(fm_aggregator_t **ap)
         return;
     free((*ap)->acc);
     free((*ap)->rows);
+    free((*ap)->wts);
     free(*ap);
     *ap = NULL;
 }
@@ -88,19 +91,37 @@ void fm_aggregator_reset(fm_aggregator_t *a)
     a->count = 0;
 }
 
+static bool keeps_rows(const fm_aggregator_t *a) { return a->keep || a->spec.rule != FM_AGG_MEAN; }
+
+void fm_aggregator_keep(fm_aggregator_t *a, bool keep)
+{
+    a->keep = keep;
+    fm_aggregator_reset(a);
+}
+
 fm_status fm_aggregator_reserve(fm_aggregator_t *a, int k)
 {
-    if (a->spec.rule == FM_AGG_MEAN || k <= a->rows_cap)
+    if (!keeps_rows(a) || k <= a->rows_cap)
         return FM_OK;
     float *r = realloc(a->rows, sizeof(float) * a->n * (size_t)k);
-    if (!r) {
-        fm_error_set("out of memory keeping %d updates of %zu values for the %s", k, a->n,
-                     a->spec.rule == FM_AGG_MEDIAN ? "median" : "trimmed mean");
+    if (r)
+        a->rows = r;
+    uint64_t *w = r ? realloc(a->wts, sizeof(uint64_t) * (size_t)k) : NULL;
+    if (!w) {
+        fm_error_set("out of memory keeping %d updates of %zu values", k, a->n);
         return FM_ERR_NOMEM;
     }
-    a->rows = r;
+    a->wts = w;
     a->rows_cap = k;
     return FM_OK;
+}
+
+int fm_aggregator_clip_rows(fm_aggregator_t *a, const float *ref, double bound)
+{
+    int clipped = 0;
+    for (int i = 0; keeps_rows(a) && i < a->count; i++)
+        clipped += fm_clip_to_norm(a->rows + (size_t)i * a->n, ref, a->n, bound) > bound;
+    return clipped;
 }
 
 fm_status fm_aggregator_check(const fm_aggregator_t *a, const float *x, uint64_t weight)
@@ -121,25 +142,27 @@ fm_status fm_aggregator_check(const fm_aggregator_t *a, const float *x, uint64_t
     return FM_OK;
 }
 
+/* x * w is exact in double (24 + 29 bits); scaling by 2^40 is exact; the
+ * conversion truncates toward zero, a function of the value alone */
+static inline __int128 fixed(float x, double w) { return (__int128)ldexp((double)x * w, FIXED_BITS); }
+
 fm_status fm_aggregator_add(fm_aggregator_t *a, const float *x, uint64_t weight)
 {
     fm_status st = fm_aggregator_check(a, x, weight);
     if (st != FM_OK)
         return st;
-    if (a->spec.rule != FM_AGG_MEAN) {
+    if (keeps_rows(a)) {
         if (a->count == a->rows_cap && (st = fm_aggregator_reserve(a, a->rows_cap ? 2 * a->rows_cap : 8)) != FM_OK)
             return st;
         memcpy(a->rows + a->n * (size_t)a->count, x, sizeof(float) * a->n);
+        a->wts[a->count] = weight;
         a->total += weight;
         a->count++;
         return FM_OK;
     }
     double w = (double)weight;
-    for (size_t i = 0; i < a->n; i++) {
-        /* x * w is exact in double (24 + 29 bits); scaling by 2^40 is exact; the
-         * conversion truncates toward zero, a function of the value alone */
-        a->acc[i] += (__int128)ldexp((double)x[i] * w, FIXED_BITS);
-    }
+    for (size_t i = 0; i < a->n; i++)
+        a->acc[i] += fixed(x[i], w);
     a->total += weight;
     a->count++;
     return FM_OK;
@@ -204,6 +227,15 @@ fm_status fm_aggregator_result(const fm_aggregator_t *a, float *out)
     if (a->spec.rule != FM_AGG_MEAN)
         return robust_result(a, out);
     double inv = 1.0 / (double)a->total;
+    if (a->keep) { /* the same exact sums, over the kept rows */
+        for (size_t j = 0; j < a->n; j++) {
+            __int128 s = 0;
+            for (int i = 0; i < a->count; i++)
+                s += fixed(a->rows[(size_t)i * a->n + j], (double)a->wts[i]);
+            out[j] = (float)(ldexp((double)s, -FIXED_BITS) * inv);
+        }
+        return FM_OK;
+    }
     for (size_t i = 0; i < a->n; i++)
         out[i] = (float)(ldexp((double)a->acc[i], -FIXED_BITS) * inv);
     return FM_OK;

@@ -13,6 +13,7 @@
 #ifndef FEDMOE_AGGREGATE_H
 #define FEDMOE_AGGREGATE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -48,6 +49,14 @@ void fm_aggregator_destroy(fm_aggregator_t **a);
 void fm_aggregator_set_rule(fm_aggregator_t *a, const fm_agg_spec_t *s);
 /* Forgets everything added (a robust rule keeps its buffer for the next round). */
 void fm_aggregator_reset(fm_aggregator_t *a);
+/* Mean: keep every update (memory: updates x values) instead of summing as
+ * they come, so that they can be clipped once all are in
+ * (fm_aggregator_clip_rows); the result is the same exact weighted mean. Forgets
+ * everything added. */
+void fm_aggregator_keep(fm_aggregator_t *a, bool keep);
+/* Clips every kept update to distance bound from ref (fm_clip_to_norm);
+ * returns how many were clipped. */
+int fm_aggregator_clip_rows(fm_aggregator_t *a, const float *ref, double bound);
 /* Makes room for k updates (robust rules keep them), so that adding up to k
  * checked updates cannot fail. */
 fm_status fm_aggregator_reserve(fm_aggregator_t *a, int k);

@@ -73,7 +73,8 @@ typedef struct fm_run_spec {
 } fm_run_spec_t;
 
 /* clip_norm FM_CLIP_AUTO: FM_CLIP_AUTO_FACTOR x the median distance of the
- * previous round's accepted updates (no bound before a round has committed). */
+ * previous round's accepted updates; before a round has committed, of the
+ * round's own (the coordinator keeps that round's updates until it closes). */
 #define FM_CLIP_AUTO (-1.0)
 #define FM_CLIP_AUTO_FACTOR 2.0
 /* "auto", "off" or the number into buf; and the inverse. */
