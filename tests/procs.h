@@ -12,6 +12,9 @@
 #include "fedmoe/wire.h"
 
 #define BIN(name) FM_BIN_DIR "/" name
+/* A number macro as a string literal (for argv). */
+#define FM_STR_(x) #x
+#define FM_STR(x) FM_STR_(x)
 
 struct CMUnitTest;
 /* Makes a scratch folder /tmp/fedmoe-test-NAME-XXXXXX into dir, runs the tests,

@@ -105,8 +105,6 @@ static uint32_t join_and_stall(const char *endpoint, const char *db)
  * about round 5 and needs ~2.5 s (rounds take ~1.2 s) to load its data before
  * it can be selected again, so the run leaves it several rounds to come back. */
 #define FAULT_ROUNDS 12
-#define FM_STR_(x) #x
-#define FM_STR(x) FM_STR_(x)
 
 /* The round log of the run: FAULT_ROUNDS rounds, each with its quorum; the staller dropped
  * in its round, client c3 dropped in the round it was killed in and completing
