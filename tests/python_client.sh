@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# ctest python_client: the Python client of examples/python (Debian's pyzmq with
+# CURVE and protobuf; its message module made by protoc from proto/fedmoe.proto)
+# joins a real 2-round run beside a real fedmoe-client, with real keys. Passes
+# when the run finishes and both clients completed both rounds.
+#   tests/python_client.sh BUILD_DIR SOURCE_DIR PYTHON
+set -euo pipefail
+build=$1 src=$2 py=$3
+tmp=$(mktemp -d /tmp/fedmoe-test-python-XXXXXX)
+pids=()
+cleanup() { kill "${pids[@]}" 2>/dev/null || true; }
+trap cleanup EXIT
+fail() { echo "FAIL: $*"; for f in "$tmp"/*.log; do echo "== $f"; tail -20 "$f"; done; exit 1; }
+
+protoc --python_out="$tmp" -I "$src/proto" "$src/proto/fedmoe.proto"
+"$build/server/fedmoe-keygen" --out "$tmp/server" coordinator > /dev/null
+"$build/server/fedmoe-keygen" --out "$tmp/clients" c0 py0 > /dev/null
+port=$((25000 + $$ % 20000))
+ep="tcp://127.0.0.1:$port"
+"$build/server/fedmoe-server" --bind "$ep" --db "$tmp/run.db" --rounds 2 --min-clients 2 --partitions 2 \
+  --key "$tmp/server/coordinator.key" --allow "$tmp/clients" > "$tmp/server.log" 2>&1 &
+server=$!; pids+=("$server")
+"$build/client/fedmoe-client" --connect "$ep" --id c0 --key "$tmp/clients/c0.key" \
+  --server-key "$tmp/server/coordinator.pub" --state-dir "$tmp" > "$tmp/c0.log" 2>&1 &
+pids+=($!)
+timeout 180 "$py" "$src/examples/python/fedmoe_client.py" --connect "$ep" --id py0 --key "$tmp/clients/py0.key" \
+  --server-key "$tmp/server/coordinator.pub" --pb-dir "$tmp" > "$tmp/py0.log" 2>&1 || fail "the Python client failed"
+timeout 60 tail --pid="$server" -f /dev/null || fail "the coordinator did not finish"
+wait "$server" || fail "the coordinator exited with an error"
+"$py" - "$tmp/run.db" <<'PY' || fail "the round log is not as expected"
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+status, = db.execute("SELECT status FROM runs").fetchone()
+rows = db.execute("SELECT client_id, round, status FROM client_rounds ORDER BY round, client_id").fetchall()
+print("run", status, rows)
+assert status == "finished"
+assert rows == [("c0", 1, "completed"), ("py0", 1, "completed"), ("c0", 2, "completed"), ("py0", 2, "completed")]
+PY
+grep -q "shut down after 2 rounds" "$tmp/py0.log" || fail "the Python client did not hear the end of the run"
+rm -rf "$tmp"
+echo "python client: 2 rounds completed beside fedmoe-client"
