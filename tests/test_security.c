@@ -480,6 +480,70 @@ static void test_fd_limit_raised_and_checked(void **state)
     }
 }
 
+/* The coordinator's open file descriptors. */
+static int fd_count(pid_t pid)
+{
+    char cmd[128], *out;
+    snprintf(cmd, sizeof cmd, "ls /proc/%d/fd | wc -l", (int)pid);
+    procs_capture(cmd, &out);
+    int n = atoi(out);
+    free(out);
+    return n;
+}
+
+/* A connection flood: 1,000 TCP connections that never say a word. Each holds
+ * one of the coordinator's descriptors only until its handshake times out
+ * (FM_WIRE_HANDSHAKE_MS); meanwhile an allowed client is welcomed. */
+static void test_connection_flood(void **state)
+{
+    (void)state;
+    char db[512], log[512], ep[64];
+    procs_files("flood", db, log);
+    endpoint_of(ep, 26000);
+    procs_client_keys("c", 1);
+    char *sargv[] = {BIN("server/fedmoe-server"), "--bind", ep, "--db", db, "--partitions", "2", NULL};
+    pid_t server = procs_spawn_server(sargv, log);
+    int port = atoi(strrchr(ep, ':') + 1), base = 0;
+    for (int i = 0; i < 100 && !log_has(log, "listening on"); i++)
+        usleep(50000);
+    base = fd_count(server);
+    enum { N = 1000 };
+    static int fds[N];
+    int open_n = 0;
+    for (int i = 0; i < N; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        open_n += fds[i] >= 0 && connect(fds[i], (struct sockaddr *)&a, sizeof a) == 0;
+    }
+    assert_int_equal(open_n, N);
+    int during = base; /* the most held at once (libzmq accepts them at its pace) */
+    for (int i = 0; i < 20; i++) {
+        usleep(100000);
+        int now = fd_count(server);
+        during = now > during ? now : during;
+    }
+    peer_t p = peer_new("c0", 40);
+    procs_secure_client(p.sock, "c0");
+    zmq_connect(p.sock, ep);
+    assert_int_equal(hello_answer(p.sock, "c0", 10.0), FEDMOE__ENVELOPE__BODY_WELCOME);
+    peer_free(&p);
+    int after = during;
+    for (int i = 0; i < 80 && after > base + 50; i++) {
+        usleep(250000);
+        after = fd_count(server);
+    }
+    fprintf(stderr, "  coordinator descriptors: %d before, %d with 1,000 silent connections, %d after the handshake "
+                    "timeout\n",
+            base, during, after);
+    assert_true(during >= base + N / 4); /* they did hold descriptors */
+    assert_true(after <= base + 50);     /* and were closed, while the peers kept them open */
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+    kill(server, SIGTERM);
+    assert_int_equal(procs_wait(server, 30), 0);
+}
+
 /* A control character in a peer's id or text comes out as \xNN: one event,
  * one log line. */
 static void test_log_lines_cannot_be_forged(void **state)
@@ -502,6 +566,7 @@ int main(void)
         cmocka_unit_test(test_same_id_connections_with_resets),
         cmocka_unit_test(test_log_lines_cannot_be_forged),
         cmocka_unit_test(test_fd_limit_raised_and_checked),
+        cmocka_unit_test(test_connection_flood),
     };
     return procs_run_tests("security", tests, sizeof tests / sizeof tests[0], dir, sizeof dir);
 }

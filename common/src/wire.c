@@ -228,11 +228,12 @@ fm_status fm_wire_decode(const uint8_t *buf, size_t len, size_t max_len, Fedmoe_
 
 void fm_wire_tune_socket(void *socket)
 {
-    int hwm = FM_WIRE_HWM, hb_ivl = 2000, hb_timeout = 10000;
+    int hwm = FM_WIRE_HWM, hb_ivl = 2000, hb_timeout = 10000, handshake = FM_WIRE_HANDSHAKE_MS;
     zmq_setsockopt(socket, ZMQ_SNDHWM, &hwm, sizeof hwm);
     zmq_setsockopt(socket, ZMQ_RCVHWM, &hwm, sizeof hwm);
     zmq_setsockopt(socket, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof hb_ivl);
     zmq_setsockopt(socket, ZMQ_HEARTBEAT_TIMEOUT, &hb_timeout, sizeof hb_timeout);
+    zmq_setsockopt(socket, ZMQ_HANDSHAKE_IVL, &handshake, sizeof handshake);
 }
 
 fm_status fm_wire_send_bytes(void *socket, const char *identity, const uint8_t *buf, size_t len)

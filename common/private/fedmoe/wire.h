@@ -23,6 +23,11 @@
  * proportion to the message's size (a Task with 64 pool prompts has ~80). */
 #define FM_WIRE_MAX_SUBMESSAGES 1024
 
+/* A connection that has not finished its ZMTP / CURVE handshake after this long
+ * is closed (libzmq's default is 30 s): how long a connection that never speaks
+ * holds one of the coordinator's file descriptors. */
+#define FM_WIRE_HANDSHAKE_MS 5000
+
 typedef enum {
     FM_WIRE_OK = 0,
     FM_WIRE_MALFORMED = 1,      /* not a decodable Envelope, or no body */
