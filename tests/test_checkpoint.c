@@ -113,13 +113,14 @@ static void test_coordinator_checkpoint(void **state)
     float global[7] = {1, 2, 3, 4, 5, 6, 7}, prompt[3] = {0.5f, -0.5f, 0.25f}, pool[6] = {1, 1, 1, 2, 2, 2};
     char ids[2][64] = {"client-a", "client-b"};
     fm_checkpoint_t ck = {.round = 12, .global = global, .nglobal = 7, .prompt = prompt, .nprompt = 3,
-                          .pool_count = 2, .pool_ids = ids, .pool = pool};
+                          .pool_count = 2, .pool_ids = ids, .pool = pool, .clip = {1.5, 0.25}};
     uint8_t *blob;
     size_t len;
     assert_int_equal(fm_checkpoint_encode(&ck, &blob, &len), FM_OK);
     fm_checkpoint_t out;
     assert_int_equal(fm_checkpoint_decode(blob, len, &out), FM_OK);
     assert_int_equal(out.round, 12);
+    assert_true(out.clip[0] == 1.5 && out.clip[1] == 0.25); /* the learned clip bounds resume too */
     assert_int_equal(out.nglobal, 7);
     assert_memory_equal(out.global, global, sizeof global);
     assert_memory_equal(out.prompt, prompt, sizeof prompt);
