@@ -1,0 +1,211 @@
+/* What the coordinator refuses and bounds, in-process (coord_harness.h): bad
+ * bytes and unknown clients, Hello floods, made-up counts and weights, update
+ * clipping, partition squatting. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coord_harness.h"
+#include "fedmoe/clientdata.h"
+#include "fedmoe/log.h"
+#include "procs.h"
+
+static void test_bad_bytes_and_unknown_clients(void **state)
+{
+    (void)state;
+    fm_server_config_t cfg;
+    small_config(&cfg, 2, 2);
+    fm_coordinator_t *c = start(&cfg);
+    fm_coordinator_handle(c, "x", (const uint8_t *)"\xff\xff\xff", 3, 0.0);
+    assert_int_equal(last_error_code("x"), FM_WIRE_MALFORMED);
+    heartbeat(c, "y", 0.0);
+    assert_int_equal(last_error_code("y"), FM_WIRE_UNKNOWN_CLIENT);
+    hello(c, "a", 100, 0.0);
+    hello(c, "b", 100, 0.0);
+    hello(c, "c", 100, 0.0); /* two partitions only */
+    assert_int_equal(last_error_code("c"), FM_WIRE_REJECTED);
+    finish(&c);
+}
+
+/* SQLite's data_version of db as another connection sees it: it changes when
+ * the coordinator commits anything. */
+static int64_t data_version(sqlite3 *h)
+{
+    sqlite3_stmt *q;
+    assert_int_equal(sqlite3_prepare_v2(h, "PRAGMA data_version", -1, &q, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(q), SQLITE_ROW);
+    int64_t v = sqlite3_column_int64(q, 0);
+    sqlite3_finalize(q);
+    return v;
+}
+
+/* 200 Hellos that change nothing are all answered but cost no transaction (no
+ * fsync each: a flood must not stall the coordinator); a Hello that changes the
+ * client's counts is written at once. */
+static void test_hello_flood_writes_nothing(void **state)
+{
+    (void)state;
+    fm_server_config_t cfg;
+    small_config(&cfg, 2, 2);
+    fm_coordinator_t *c = start(&cfg);
+    hello(c, "a", 100, 0.0);
+    sqlite3 *h;
+    assert_int_equal(sqlite3_open_v2(cfg.db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    int64_t v0 = data_version(h);
+    for (int i = 0; i < 200; i++)
+        hello(c, "a", 100, 0.1 * i);
+    assert_int_equal(count_sent("a", FEDMOE__ENVELOPE__BODY_WELCOME, NULL), 201);
+    assert_true(data_version(h) == v0);
+    hello(c, "a", 120, 21.0); /* new counts */
+    assert_true(data_version(h) != v0);
+    sqlite3_close(h);
+    finish(&c);
+}
+
+/* The averaging weights are the coordinator's: a client on the run's dataset
+ * must declare its partition's real split sizes (which the coordinator computes
+ * from the dataset's labels) and weighs its training examples; one on data of
+ * its own declaring 2^29 examples weighs --max-weight; an update whose counts
+ * differ from its hello's, or whose accuracy is not its counts' ratio, is
+ * refused. */
+static void test_weights_decided_by_coordinator(void **state)
+{
+    (void)state;
+    fm_server_config_t cfg;
+    small_config(&cfg, 4, 2);
+    cfg.max_weight = 300;
+    fm_coordinator_t *c = start(&cfg);
+    Fedmoe__Envelope env;
+    Fedmoe__Hello h;
+    procs_hello(&env, &h, "liar", 3, 5000); /* the run's data, made-up counts */
+    h.own_data = false;
+    inject(c, "liar", &env, 0.0);
+    assert_int_equal(last_error_code("liar"), FM_WIRE_REJECTED);
+    fm_split_sizes_t z[4];
+    fm_data_spec_t ds;
+    fm_data_spec_default(&ds);
+    ds.count = 4;
+    ds.part = cfg.spec.part;
+    ds.seed = cfg.spec.seed;
+    assert_int_equal(fm_client_data_sizes(&ds, z), FM_OK);
+    procs_hello(&env, &h, "liar", 3, z[3].train); /* its real counts */
+    h.own_data = false;
+    h.val_samples = z[3].val;
+    h.test_samples = z[3].test;
+    inject(c, "liar", &env, 0.0);
+    assert_int_equal(count_sent("liar", FEDMOE__ENVELOPE__BODY_WELCOME, NULL), 1);
+    hello(c, "a", 100, 0.0);
+    hello(c, "big", 1ull << 29, 0.0); /* data of its own: weight capped at 300 */
+    hello(c, "acc", 100, 0.0);
+    assert_int_equal(fm_coordinator_tick(c, 0.0), FM_OK);
+    update(c, "acc", 1.0f, 100, PERFECT_SCORE, 1.0);
+    assert_int_equal(last_error_code("acc"), FM_WIRE_BAD_VALUE);
+    update(c, "a", 1.0f, 100, HONEST, 1.0);
+    update(c, "big", 2.0f, 1ull << 28, HONEST, 1.0); /* not the count it declared */
+    assert_int_equal(last_error_code("big"), FM_WIRE_BAD_VALUE);
+    finish(&c);
+
+    /* the weighted mean: (100 x 1 + 300 x 2) / 400 */
+    small_config(&cfg, 2, 2);
+    cfg.max_weight = 300;
+    c = start(&cfg);
+    hello(c, "a", 100, 0.0);
+    hello(c, "big", 1ull << 29, 0.0);
+    assert_int_equal(fm_coordinator_tick(c, 0.0), FM_OK);
+    update(c, "a", 1.0f, 100, HONEST, 1.0);
+    update(c, "big", 2.0f, 1ull << 29, HONEST, 1.0);
+    expect_rounds(c, &cfg, 1.0, 1);
+    for (size_t i = 0; i < task_model("a", 1)->data.len / 4; i += 97)
+        assert_float_equal(task_step("a", 1, i), 1.75f, 1e-5);
+    finish(&c);
+}
+
+/* --clip-norm: a fixed bound shrinks a long update to the bound and keeps its
+ * direction; auto learns the bound (2x the median distance) from the round
+ * itself in round 1 and from the previous round after. */
+static void test_clip_bounds(void **state)
+{
+    (void)state;
+    fm_server_config_t cfg;
+    small_config(&cfg, 2, 2);
+    cfg.spec.clip_norm = 1.0;
+    fm_coordinator_t *c = start(&cfg);
+    hello(c, "a", 100, 0.0);
+    hello(c, "b", 100, 0.0);
+    assert_int_equal(fm_coordinator_tick(c, 0.0), FM_OK);
+    const Fedmoe__Tensor *t = task_model("a", 1);
+    double n = (double)(t->data.len / 4);
+    update(c, "a", 0.001f, 100, HONEST, 1.0); /* distance 0.001 sqrt(n): within 1 */
+    update(c, "b", 1.0f, 100, HONEST, 1.0);   /* distance sqrt(n): clipped to 1 */
+    expect_rounds(c, &cfg, 1.0, 1);
+    for (size_t i = 0; i < (size_t)n; i += 101)
+        assert_float_equal(task_step("a", 1, i), (0.001 + 1.0 / sqrt(n)) / 2, 1e-5);
+    finish(&c);
+
+    small_config(&cfg, 3, 3); /* auto, the default */
+    assert_true(cfg.spec.clip_norm == FM_CLIP_AUTO);
+    c = start(&cfg);
+    hello(c, "a", 100, 0.0);
+    hello(c, "b", 100, 0.0);
+    hello(c, "x", 100, 0.0);
+    assert_int_equal(fm_coordinator_tick(c, 0.0), FM_OK);
+    /* round 1 learns its bound from its own updates: 2 x median(0.01, 0.03, 1) sqrt(n) */
+    update(c, "a", 0.01f, 100, HONEST, 1.0);
+    update(c, "x", 1.0f, 100, HONEST, 1.0);
+    update(c, "b", 0.03f, 100, HONEST, 1.0);
+    expect_rounds(c, &cfg, 1.0, 1);
+    /* round 2: the bound learned in round 1 (0.06 sqrt(n)) applies as updates come */
+    update(c, "a", 0.01f, 100, HONEST, 2.0);
+    update(c, "b", 1.0f, 100, HONEST, 2.0);
+    update(c, "x", 0.01f, 100, HONEST, 2.0);
+    expect_rounds(c, &cfg, 2.0, 2);
+    for (size_t i = 0; i < (size_t)n; i += 101) {
+        assert_float_equal(task_step("a", 1, i), (0.01 + 0.03 + 0.06) / 3, 1e-4);
+        assert_float_equal(task_step("a", 2, i), (0.01 + 0.06 + 0.01) / 3, 1e-4);
+    }
+    finish(&c);
+}
+
+/* Partition squatting: two ids take both partitions with a Hello and leave.
+ * An honest client is refused while their leases run, and given a partition
+ * once they have been gone past --partition-lease. */
+static void test_partition_lease(void **state)
+{
+    (void)state;
+    fm_server_config_t cfg;
+    small_config(&cfg, 2, 2);
+    cfg.partition_lease = 30.0;
+    fm_coordinator_t *c = start(&cfg);
+    hello(c, "s1", 0, 0.0);
+    hello(c, "s2", 0, 0.0);
+    assert_int_equal(count_sent(NULL, FEDMOE__ENVELOPE__BODY_WELCOME, NULL), 2);
+    assert_int_equal(fm_coordinator_tick(c, 20.0), FM_OK); /* silent past the client timeout */
+    hello(c, "honest", 0, 25.0);
+    assert_int_equal(last_error_code("honest"), FM_WIRE_REJECTED); /* leases still running */
+    hello(c, "honest", 0, 31.0);
+    assert_int_equal(count_sent("honest", FEDMOE__ENVELOPE__BODY_WELCOME, NULL), 1);
+    hello(c, "s1", 0, 32.0); /* back: the other released partition */
+    assert_int_equal(count_sent("s1", FEDMOE__ENVELOPE__BODY_WELCOME, NULL), 2);
+    hello(c, "late", 0, 33.0);
+    assert_int_equal(last_error_code("late"), FM_WIRE_REJECTED); /* both held by clients present */
+    finish(&c);
+}
+
+int main(void)
+{
+    fm_log_set_level(FM_LOG_ERROR);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_bytes_and_unknown_clients),
+        cmocka_unit_test(test_hello_flood_writes_nothing),
+        cmocka_unit_test(test_weights_decided_by_coordinator),
+        cmocka_unit_test(test_clip_bounds),
+        cmocka_unit_test(test_partition_lease),
+    };
+    return procs_run_tests("defences", tests, sizeof tests / sizeof tests[0], coord_dir, sizeof coord_dir);
+}
