@@ -97,7 +97,8 @@ static void router_close(void *sock)
 
 /* A task without its nonce gets MALFORMED, one whose lr_scale is out of range
  * BAD_VALUE, and neither is trained; a good one is trained and answered with its
- * nonce echoed. */
+ * nonce echoed. Then the state file it wrote is damaged in place: the restarted
+ * client refuses it and starts fresh. */
 static void test_client_checks_tasks(void **state)
 {
     (void)state;
@@ -107,6 +108,9 @@ static void test_client_checks_tasks(void **state)
     fm_run_spec_default(&spec);
     spec.strategy = FM_STRATEGY_LOCAL;
     assert_int_equal(fm_run_spec_finish(&spec), FM_OK);
+    char wd[600];
+    snprintf(wd, sizeof wd, "%s/fakecoord", dir);
+    assert_int_equal(mkdir(wd, 0700), 0); /* where its state file goes */
     pid_t pid = fake_coordinated_client(sock, "fakecoord", &spec);
     Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT, *e;
     const float bad[] = {-1.0f, NAN, INFINITY, 11.0f};
@@ -141,10 +145,37 @@ static void test_client_checks_tasks(void **state)
     assert_true(e->update->metrics->val_correct <= e->update->metrics->val_samples);
     fedmoe__envelope__free_unpacked(e, NULL);
     Fedmoe__Shutdown sd = FEDMOE__SHUTDOWN__INIT;
-    env.body_case = FEDMOE__ENVELOPE__BODY_SHUTDOWN;
-    env.shutdown = &sd;
-    to_client(sock, &env);
+    Fedmoe__Envelope stop = FEDMOE__ENVELOPE__INIT;
+    stop.body_case = FEDMOE__ENVELOPE__BODY_SHUTDOWN;
+    stop.shutdown = &sd;
+    to_client(sock, &stop);
     assert_int_equal(procs_wait(pid, 30), 0);
+    /* its state file, damaged in place (one byte, the same size, as a NaN
+     * written over a value would be): refused at the restart, which starts
+     * fresh and trains finite numbers */
+    char path[700], cmd[800], *out;
+    snprintf(path, sizeof path, "%s/fakecoord/run-fake.c1.state", dir);
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    long size = ftell(f);
+    assert_int_equal(fseek(f, size / 2, SEEK_SET), 0);
+    int ch = fgetc(f);
+    assert_int_equal(fseek(f, size / 2, SEEK_SET), 0);
+    fputc(ch ^ 0x7f, f);
+    fclose(f);
+    pid = fake_coordinated_client(sock, "fakecoord", &spec);
+    task.round = 2;
+    to_client(sock, &env);
+    e = router_expect(sock, id, FEDMOE__ENVELOPE__BODY_UPDATE);
+    assert_true(isfinite(e->update->metrics->train_loss) && isfinite(e->update->metrics->test_loss));
+    fedmoe__envelope__free_unpacked(e, NULL);
+    to_client(sock, &stop);
+    assert_int_equal(procs_wait(pid, 30), 0);
+    snprintf(cmd, sizeof cmd, "grep -c 'not a usable state file for this run' %s/fakecoord.log", dir);
+    procs_capture(cmd, &out);
+    assert_int_equal(atoi(out), 1);
+    free(out);
     router_close(sock);
     zmq_ctx_term(ctx);
 }
