@@ -24,6 +24,7 @@ void fm_server_config_from_options(const fm_options_t *o, fm_server_config_t *c)
     c->new_run = o->new_run;
     c->max_message = o->max_message;
     c->max_weight = o->max_weight;
+    c->max_connections = o->max_connections;
     snprintf(c->key, sizeof c->key, "%s", o->key);
     snprintf(c->allow, sizeof c->allow, "%s", o->allow);
     c->insecure = o->insecure;

@@ -33,6 +33,7 @@ typedef struct {
     bool new_run;          /* start a new run even if the latest one is unfinished */
     size_t max_message;    /* bytes; 0 = derived from the model size */
     uint64_t max_weight;   /* weight cap of clients on their own data; 0 = the largest partition */
+    int max_connections;   /* connections held at once; 0 = twice the partitions plus 64 */
     char key[1024];        /* the coordinator's key pair file (fedmoe-keygen) */
     char allow[1024];      /* folder of the client public keys allowed to join */
     bool insecure;         /* no CURVE: plain text, anyone may connect (warned at start) */

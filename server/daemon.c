@@ -9,6 +9,7 @@
 #include <zmq.h>
 
 #include "coordinator.h"
+#include "connections.h"
 #include "routes.h"
 #include "zap.h"
 #include "fedmoe/clock.h"
@@ -149,12 +150,15 @@ static void *open_socket(void *ctx, const fm_server_config_t *cfg, const fm_key_
 }
 
 /* Raises the open-file limit to its hard maximum (each client connection holds
- * a file descriptor) and warns when it is below what the run's clients need. */
-static void raise_fd_limit(const fm_server_config_t *cfg)
+ * a file descriptor) and warns when it is below what the run's clients need;
+ * returns the connections the coordinator will hold at once (--max-connections,
+ * kept 64 below the limit). */
+static int raise_fd_limit(const fm_server_config_t *cfg)
 {
+    int cap = cfg->max_connections ? cfg->max_connections : 2 * cfg->spec.partition_count + 64;
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
-        return;
+        return cap;
     if (rl.rlim_cur < rl.rlim_max) {
         rl.rlim_cur = rl.rlim_max;
         setrlimit(RLIMIT_NOFILE, &rl);
@@ -165,6 +169,9 @@ static void raise_fd_limit(const fm_server_config_t *cfg)
         fm_warn("only %llu file descriptors (ulimit -n): fewer than the %d clients of this run can connect; raise "
                 "the hard limit",
                 (unsigned long long)rl.rlim_cur, cfg->spec.partition_count);
+    if (rl.rlim_cur != RLIM_INFINITY && (rlim_t)cap + 64 > rl.rlim_cur)
+        cap = rl.rlim_cur > 128 ? (int)(rl.rlim_cur - 64) : 64;
+    return cap;
 }
 
 /* The coordinator's key pair and its ZAP handler with the allow-list, read and
@@ -193,18 +200,20 @@ fm_status fm_coordinator_run(const fm_server_config_t *cfg, volatile sig_atomic_
     daemon_t d = {NULL, NULL};
     fm_coordinator_t *c = NULL;
     fm_zap_t *zap = NULL;
+    fm_conns_t *conns = NULL;
     fm_key_t own;
     fm_status st = ctx ? start_security(cfg, ctx, &own, &zap) : FM_ERR_IO;
     if (st == FM_OK && zap)
         st = fm_routes_new(&d.routes);
     if (st != FM_OK || (st = fm_coordinator_new(&c, cfg, send_zmq, &d)) != FM_OK)
         goto out;
-    raise_fd_limit(cfg);
+    int max_conns = raise_fd_limit(cfg);
     if (cfg->insecure)
         fm_warn("INSECURE: --insecure given: no encryption and no authentication; anyone who reaches %s can "
                 "join, read and change the model",
                 cfg->bind);
-    if (!(d.sock = open_socket(ctx, cfg, &own, fm_coordinator_max_message(c)))) {
+    if (!(d.sock = open_socket(ctx, cfg, &own, fm_coordinator_max_message(c))) ||
+        fm_conns_open(&conns, ctx, d.sock, max_conns) != FM_OK) {
         st = FM_ERR_IO;
         goto out;
     }
@@ -218,14 +227,18 @@ fm_status fm_coordinator_run(const fm_server_config_t *cfg, volatile sig_atomic_
             if (zap)
                 fm_zap_reload(zap);
         }
-        zmq_pollitem_t items[2] = {{d.sock, 0, ZMQ_POLLIN, 0}, {zap ? fm_zap_socket(zap) : NULL, 0, ZMQ_POLLIN, 0}};
+        zmq_pollitem_t items[3] = {{d.sock, 0, ZMQ_POLLIN, 0},
+                                   {fm_conns_socket(conns), 0, ZMQ_POLLIN, 0},
+                                   {zap ? fm_zap_socket(zap) : NULL, 0, ZMQ_POLLIN, 0}};
         long timeout = (long)(fm_coordinator_wait(c, fm_clock_seconds(), POLL_S) * 1000.0 + 1);
-        if (zmq_poll(items, zap ? 2 : 1, timeout) < 0 && zmq_errno() != EINTR) {
+        if (zmq_poll(items, zap ? 3 : 2, timeout) < 0 && zmq_errno() != EINTR) {
             fm_error_set("poll: %s", zmq_strerror(zmq_errno()));
             st = FM_ERR_IO;
             goto out;
         }
-        if (zap && (items[1].revents & ZMQ_POLLIN))
+        if (items[1].revents & ZMQ_POLLIN)
+            fm_conns_handle(conns, fm_clock_seconds());
+        if (zap && (items[2].revents & ZMQ_POLLIN))
             fm_zap_handle(zap);
         if (items[0].revents & ZMQ_POLLIN)
             drain(c, &d, zap);
@@ -233,6 +246,7 @@ fm_status fm_coordinator_run(const fm_server_config_t *cfg, volatile sig_atomic_
     if (st == FM_OK && !fm_coordinator_finished(c))
         st = fm_coordinator_stop(c);
 out:
+    fm_conns_close(&conns); /* before its socket */
     fm_coordinator_destroy(&c);
     if (d.sock)
         zmq_close(d.sock);

@@ -242,6 +242,9 @@ static const fm_option_t table[] = {
      "the largest partition", FM_OPT_G_END,
      "the averaging weight a client on data of its own may\nclaim (its declared training examples, capped);\n"
      "clients on the run's dataset weigh their partition's\ntraining examples, which the coordinator computes"},
+    {"max-connections", 0, FM_OPT_INT, "N", 1, 1 << 24, S, 0, O(max_connections), NULL, NULL,
+     "twice the partitions, plus 64", FM_OPT_G_END,
+     "connections held at once; more are shut at once\n(never above the file-descriptor limit)"},
     {"max-message", 0, FM_OPT_SIZE, "BYTES", 1024, (double)(1LL << 40), S, 0, O(max_message), NULL, NULL,
      "twice the model, plus 1 MiB", FM_OPT_G_END, "largest message accepted"},
     {"port", 0, FM_OPT_INT, "P", 1, 65535, M, 0, O(port), NULL, NULL, "a free one", FM_OPT_G_END,

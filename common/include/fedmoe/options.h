@@ -77,7 +77,8 @@ struct fm_options {
     double fraction, round_timeout, client_timeout, partition_lease;
     bool new_run;
     size_t max_message;
-    uint64_t max_weight; /* 0: the run's largest partition (1 when the coordinator cannot read the dataset) */
+    uint64_t max_weight;
+    int max_connections; /* 0: twice the partitions plus 64 */ /* 0: the run's largest partition (1 when the coordinator cannot read the dataset) */
     /* transport security (server, client; fedmoe-sim makes its own keys) */
     char key[1024], allow[1024], server_key[1024];
     bool insecure;
