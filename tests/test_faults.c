@@ -144,7 +144,7 @@ static void test_killed_and_stalled_clients(void **state)
     procs_files("clients", db, log);
     snprintf(endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", 21000 + (getpid() % 20000));
     char *sargv[] = {BIN("server/fedmoe-server"), "--bind", endpoint, "--db", db, "--rounds", FM_STR(FAULT_ROUNDS),
-                     "--min-clients", "3", "--partitions", "5", "--round-timeout", "8", "--client-timeout", "4", NULL};
+                     "--min-clients", "3", "--partitions", "5", "--round-timeout", "20", "--client-timeout", "4", NULL};
     char staller_key[512];
     procs_client_keys("c", 4);
     procs_client_key("staller", staller_key);

@@ -1,4 +1,5 @@
-/* Model poisoning with real processes and keys: an authenticated client (p0)
+/* Hostile updates with real processes and keys: one changed on the path by a
+ * relay (below), and model poisoning by an authenticated client (p0)
  * that lies. It claims 2^29 examples of the run's data (refused at its Hello),
  * then 2^29 of its own (welcomed, its weight capped), and answers every Task with
  * +-1e9 in every value (within what the aggregator accepts). Two honest clients
@@ -14,6 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -171,6 +176,128 @@ static double run_with(const char *rule, const char *clip, int base, bool defend
     return m;
 }
 
+static bool log_has(const char *path, const char *text)
+{
+    char cmd[1200], *out;
+    snprintf(cmd, sizeof cmd, "grep -c -F '%s' %s", text, path);
+    procs_capture(cmd, &out);
+    bool found = atoi(out) > 0;
+    free(out);
+    return found;
+}
+
+/* ---- tampering on the path ------------------------------------------------------ */
+
+/* A TCP relay on listen_port to 127.0.0.1:to_port, in a child process, that
+ * flips one bit of the client-to-coordinator stream at byte `at` (inside the
+ * first Update) once, and writes "flipped" to flag_path when it did. */
+static pid_t relay(int listen_port, int to_port, size_t at, const char *flag_path)
+{
+    int ls = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)listen_port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(ls, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(ls, 8), 0);
+    pid_t pid = fork();
+    if (pid != 0) {
+        close(ls);
+        return pid;
+    }
+    size_t upstream = 0;
+    bool flipped = false;
+    for (;;) { /* one connection at a time: the client reconnects after a drop */
+        int c = accept(ls, NULL, NULL), s = socket(AF_INET, SOCK_STREAM, 0);
+        a.sin_port = htons((uint16_t)to_port);
+        if (c < 0 || connect(s, (struct sockaddr *)&a, sizeof a) != 0) { /* not up yet: the client retries */
+            close(c);
+            close(s);
+            continue;
+        }
+        struct pollfd p[2] = {{c, POLLIN, 0}, {s, POLLIN, 0}};
+        uint8_t buf[65536];
+        for (bool open = true; open;) {
+            if (poll(p, 2, -1) < 0)
+                _exit(1);
+            for (int k = 0; k < 2 && open; k++) {
+                if (!(p[k].revents & (POLLIN | POLLHUP | POLLERR)))
+                    continue;
+                ssize_t n = read(p[k].fd, buf, sizeof buf);
+                if (n <= 0) {
+                    open = false;
+                    break;
+                }
+                if (k == 0 && !flipped && upstream + (size_t)n > at) {
+                    buf[at - upstream] ^= 0x01;
+                    flipped = true;
+                    FILE *f = fopen(flag_path, "w");
+                    if (f) {
+                        fputs("flipped\n", f);
+                        fclose(f);
+                    }
+                }
+                if (k == 0)
+                    upstream += (size_t)n;
+                if (write(p[1 - k].fd, buf, (size_t)n) != n)
+                    open = false;
+            }
+        }
+        close(c);
+        close(s);
+    }
+}
+
+/* A relay on the path between a real client and the coordinator changes one
+ * bit inside the client's first Update. CURVE's authenticator fails: the
+ * changed message never reaches the coordinator's decoder (no refusal of a bad
+ * digest is logged, as it would be without CURVE), the connection is dropped,
+ * the round misses its quorum of 2 and is run again; the client reconnects
+ * through the relay and completes every committed round; the run finishes. */
+static void test_tampered_update_never_lands(void **state)
+{
+    (void)state;
+    char db[512], log[512], ep[64], via[64], flag[600];
+    procs_files("tamper", db, log);
+    int port = 24400 + (getpid() % 20000), rport = port + 1;
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
+    snprintf(via, sizeof via, "tcp://127.0.0.1:%d", rport);
+    snprintf(flag, sizeof flag, "%s/relay-flipped", dir);
+    procs_client_keys("c", 2);
+    char *sargv[] = {BIN("server/fedmoe-server"), "--bind", ep, "--db", db, "--rounds", "3", "--min-clients", "2",
+                     "--partitions", "2", "--strategy", "fedavg", "--round-timeout", "4", NULL};
+    pid_t server = procs_spawn_server(sargv, log);
+    pid_t r = relay(rport, port, 600000, flag); /* an Update of fedavg is ~2 MB */
+    pid_t c[2];
+    for (int i = 0; i < 2; i++) {
+        char id[16], clog[512];
+        snprintf(id, sizeof id, "c%d", i);
+        snprintf(clog, sizeof clog, "%s/tamper-c%d.log", dir, i);
+        char *cargv[] = {BIN("client/fedmoe-client"), "--connect", i == 0 ? via : ep, "--id", id, "--state-dir", dir,
+                         NULL};
+        c[i] = procs_spawn_client(cargv, clog);
+    }
+    assert_int_equal(procs_wait(server, 240), 0);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(procs_wait(c[i], 30), 0);
+    kill(r, SIGKILL);
+    procs_wait(r, 10);
+    assert_int_equal(access(flag, F_OK), 0); /* the bit was flipped */
+    fm_round_row_t *rr;
+    fm_client_round_row_t *cr;
+    int nr, nc, completed = 0;
+    procs_finished_run(db, &rr, &nr, &cr, &nc);
+    assert_int_equal(nr, 3);
+    for (int i = 0; i < nc; i++)
+        completed += !strcmp(cr[i].client_id, "c0") && !strcmp(cr[i].status, "completed");
+    fprintf(stderr, "  c0 through the relay: its first update changed on the way, %d rounds completed\n", completed);
+    assert_int_equal(completed, 3);
+    assert_true(log_has(log, "short of the quorum")); /* the round its changed update was in */
+    assert_false(log_has(log, "SHA-256 does not match"));
+    assert_true(global_max_abs(db) < 100.0);
+    free(rr);
+    free(cr);
+}
+
 /* Under every rule (with the default clipping) the honest clients finish well;
  * with plain averaging and no clipping the attack wins. */
 static void test_poisoner_contained(void **state)
@@ -186,6 +313,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_poisoner_contained),
+        cmocka_unit_test(test_tampered_update_never_lands),
     };
     return procs_run_tests("poisoning", tests, sizeof tests / sizeof tests[0], dir, sizeof dir);
 }

@@ -230,23 +230,23 @@ static const fm_option_t table[] = {
      "(local, comigs, full); 0 turns it off"},
     {"threads", 0, FM_OPT_INT, "N", 1, 256, C, 0, O(threads), NULL, NULL, NULL, FM_OPT_G_TRAIN, "OpenBLAS threads"},
     /* the rest */
-    {"aggregate", 0, FM_OPT_CUSTOM, "RULE", 0, 0, S | M, 0, 0, 0, set_aggregate, show_aggregate, NULL, FM_OPT_G_END,
+    {"aggregate", 0, FM_OPT_CUSTOM, "RULE", 0, 0, S | M, 0, 0, 0, set_aggregate, show_aggregate, NULL, FM_OPT_G_RUN,
      "how the averaged groups are combined: mean (weighted),\n"
      "median or trimmed-mean:F (coordinate-wise, unweighted;\n"
      "F of the updates cut at each end, e.g. 0.2)"},
-    {"clip-norm", 0, FM_OPT_CUSTOM, "C", 0, 0, S | M, 0, 0, 0, set_clip, show_clip, NULL, FM_OPT_G_END,
+    {"clip-norm", 0, FM_OPT_CUSTOM, "C", 0, 0, S | M, 0, 0, 0, set_clip, show_clip, NULL, FM_OPT_G_RUN,
      "bound each update's L2 distance from the state it was\n"
      "sent: a number, off, or auto (2x the median distance of\n"
-     "the previous round's updates; none in round 1)"},
+     "the previous round's updates; in round 1, of its own)"},
     {"max-weight", 0, FM_OPT_U64, "N", 1, (double)(1ull << 29), S, 0, O(max_weight), NULL, NULL,
-     "the largest partition", FM_OPT_G_END,
+     "the largest partition", FM_OPT_G_RUN,
      "the averaging weight a client on data of its own may\nclaim (its declared training examples, capped);\n"
      "clients on the run's dataset weigh their partition's\ntraining examples, which the coordinator computes"},
     {"max-connections", 0, FM_OPT_INT, "N", 1, 1 << 24, S, 0, O(max_connections), NULL, NULL,
-     "twice the partitions, plus 64", FM_OPT_G_END,
+     "twice the partitions, plus 64", FM_OPT_G_RUN,
      "connections held at once; more are shut at once\n(never above the file-descriptor limit)"},
     {"max-message", 0, FM_OPT_SIZE, "BYTES", 1024, (double)(1LL << 40), S, 0, O(max_message), NULL, NULL,
-     "twice the model, plus 1 MiB", FM_OPT_G_END, "largest message accepted"},
+     "twice the model, plus 1 MiB", FM_OPT_G_RUN, "largest message accepted"},
     {"port", 0, FM_OPT_INT, "P", 1, 65535, M, 0, O(port), NULL, NULL, "a free one", FM_OPT_G_END,
      "loopback port of the coordinator"},
     {"workdir", 0, FM_OPT_STRING, "DIR", 0, 0, M, 0, O(workdir), NULL, NULL, "a new folder in /tmp", FM_OPT_G_END,
