@@ -25,8 +25,10 @@ fm_status fm_conns_open(fm_conns_t **out, void *ctx, void *sock, int cap)
         return FM_ERR_NOMEM;
     char ep[64];
     snprintf(ep, sizeof ep, "inproc://fedmoe-connections-%p", sock);
+    int unbounded = 0; /* an event lost would leave the count wrong for good; events are tiny and read every loop */
     if (zmq_socket_monitor(sock, ep, ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0 ||
-        !(c->events = zmq_socket(ctx, ZMQ_PAIR)) || zmq_connect(c->events, ep) != 0) {
+        !(c->events = zmq_socket(ctx, ZMQ_PAIR)) ||
+        zmq_setsockopt(c->events, ZMQ_RCVHWM, &unbounded, sizeof unbounded) != 0 || zmq_connect(c->events, ep) != 0) {
         fm_error_set("cannot watch the coordinator's connections: %s", zmq_strerror(zmq_errno()));
         if (c->events)
             zmq_close(c->events);

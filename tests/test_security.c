@@ -541,6 +541,12 @@ static void test_connection_flood(void **state)
     assert_true(during >= base + 50 && during <= base + 100 + 20); /* they held descriptors, up to the cap */
     assert_true(after <= base + 50); /* and were closed, while the peers kept them open */
     assert_true(log_has(log, "refused: 100 connections open"));
+    /* the count came back down with them: a new connection is let in at once */
+    p = peer_new("c0", 41);
+    procs_secure_client(p.sock, "c0");
+    zmq_connect(p.sock, ep);
+    assert_int_equal(hello_answer(p.sock, "c0", 3.0), FEDMOE__ENVELOPE__BODY_WELCOME);
+    peer_free(&p);
     for (int i = 0; i < N; i++)
         close(fds[i]);
     kill(server, SIGTERM);
