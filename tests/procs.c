@@ -8,7 +8,10 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sqlite3.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdio.h>
+#include <sys/socket.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -265,6 +268,20 @@ int procs_run_tests(const char *name, const struct CMUnitTest *tests, size_t n, 
         fprintf(stderr, "logs kept in %s\n", dir);
     }
     return rc;
+}
+
+int procs_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0)
+        close(fd);
+    assert_true(port > 0);
+    return port;
 }
 
 int procs_send_env(void *sock, Fedmoe__Envelope *env)

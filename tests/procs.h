@@ -27,6 +27,9 @@ int procs_run_tests(const char *name, const struct CMUnitTest *tests, size_t n, 
  * metrics. Return 0 when sent. */
 
 int procs_send_env(void *sock, Fedmoe__Envelope *env);
+/* A loopback TCP port free now (the kernel's choice): tests running side by
+ * side do not collide as ports derived from their pids could. */
+int procs_free_port(void);
 /* The next message of kind on sock (others, and what does not decode, skipped;
  * kind 0 takes any) within seconds, or NULL; the caller frees it. On a ROUTER
  * (rid not NULL) the sender's routing id goes into rid (256 bytes) and *ridn. */

@@ -15,7 +15,7 @@ fail() { echo "FAIL: $*"; for f in "$tmp"/*.log; do echo "== $f"; tail -20 "$f";
 protoc --python_out="$tmp" -I "$src/proto" "$src/proto/fedmoe.proto"
 "$build/server/fedmoe-keygen" --out "$tmp/server" coordinator > /dev/null
 "$build/server/fedmoe-keygen" --out "$tmp/clients" c0 py0 > /dev/null
-port=$((25000 + $$ % 20000))
+port=$("$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 ep="tcp://127.0.0.1:$port"
 "$build/server/fedmoe-server" --bind "$ep" --db "$tmp/run.db" --rounds 2 --min-clients 2 --partitions 2 \
   --key "$tmp/server/coordinator.key" --allow "$tmp/clients" > "$tmp/server.log" 2>&1 &

@@ -142,7 +142,7 @@ static void test_resume_after_stop(void **state)
     (void)state;
     char db[512], log[512], endpoint[64];
     snprintf(db, sizeof db, "%s/resume.db", dir);
-    snprintf(endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", 20000 + (getpid() % 20000));
+    snprintf(endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", procs_free_port());
     char *sargv[] = {BIN("server/fedmoe-server"), "--bind", endpoint, "--db", db, "--rounds", "4", "--min-clients", "3",
                      "--partitions", "3", "--round-timeout", "120", NULL};
     snprintf(log, sizeof log, "%s/resume-server1.log", dir);
@@ -241,7 +241,7 @@ static float *fake_round(const char *db, const int order[3], float *const vecs[3
                          size_t *nglobal, bool send_garbage)
 {
     char endpoint[64], log[512];
-    snprintf(endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", 40000 + (getpid() % 20000));
+    snprintf(endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", procs_free_port());
     char *sargv[] = {BIN("server/fedmoe-server"), "--bind", endpoint, "--db", (char *)db, "--rounds", "1",
                      "--min-clients", "3", "--partitions", "3", "--strategy", "comigs", "--round-timeout", "60", NULL};
     snprintf(log, sizeof log, "%s.log", db);

@@ -142,7 +142,7 @@ static void test_killed_and_stalled_clients(void **state)
     (void)state;
     char db[512], log[512], endpoint[64];
     procs_files("clients", db, log);
-    snprintf(endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", 21000 + (getpid() % 20000));
+    snprintf(endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", procs_free_port());
     char *sargv[] = {BIN("server/fedmoe-server"), "--bind", endpoint, "--db", db, "--rounds", FM_STR(FAULT_ROUNDS),
                      "--min-clients", "3", "--partitions", "5", "--round-timeout", "20", "--client-timeout", "4", NULL};
     char staller_key[512];
@@ -189,7 +189,7 @@ static void crash_run(const char *tag, const kill_t *kills, int nkills, char sha
 {
     char db[512], log[512], endpoint[64];
     procs_files(tag, db, log);
-    snprintf(endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", 22000 + (getpid() % 20000) + (nkills ? 1 : 0));
+    snprintf(endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", procs_free_port());
     char *sargv[] = {BIN("server/fedmoe-server"), "--bind", endpoint, "--db", db, "--rounds", "5", "--min-clients", "3",
                      "--partitions", "3", "--seed", "7", "--round-timeout", "120", NULL};
     procs_client_keys("c", 3);

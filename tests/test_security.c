@@ -118,9 +118,9 @@ static bool log_has(const char *log, const char *text)
 
 /* ---- the attacks on a secure coordinator ------------------------------------ */
 
-static const char *endpoint_of(char *buf, int base)
+static const char *endpoint_of(char *buf)
 {
-    snprintf(buf, 64, "tcp://127.0.0.1:%d", base + (getpid() % 20000));
+    snprintf(buf, 64, "tcp://127.0.0.1:%d", procs_free_port());
     return buf;
 }
 
@@ -284,7 +284,7 @@ static void test_attacks_refused_honest_run_finishes(void **state)
     (void)state;
     char db[512], log[512], ep[64];
     procs_files("sec", db, log);
-    endpoint_of(ep, 23000);
+    endpoint_of(ep);
     procs_client_keys("c", 4); /* c0, c1 honest; c2, c3 used by the attacks */
     char *sargv[] = {BIN("server/fedmoe-server"), "--bind", ep, "--db", db, "--rounds", "12", "--min-clients", "2",
                      "--partitions", "2", NULL};
@@ -354,7 +354,7 @@ static void test_client_refuses_rogue_coordinator(void **state)
     /* the real coordinator, with c0's key not in the list: c0 stops, saying why */
     char db[512], log[512], ep2[64];
     procs_files("rogue", db, log);
-    endpoint_of(ep2, 24000);
+    endpoint_of(ep2);
     char *sargv[] = {BIN("server/fedmoe-server"), "--bind", ep2, "--db", db, "--rounds", "1", NULL};
     char pub[600];
     snprintf(pub, sizeof pub, "%s/c0.pub", allow);
@@ -426,7 +426,7 @@ static void test_same_id_connections_with_resets(void **state)
     (void)state;
     char db[512], log[512], ep[64];
     procs_files("handover", db, log);
-    int port = 25000 + (getpid() % 20000);
+    int port = procs_free_port();
     snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
     char *sargv[] = {BIN("server/fedmoe-server"), "--insecure", "--bind", ep, "--db", db, "--rounds", "1", NULL};
     pid_t server = procs_spawn(sargv, log);
@@ -500,7 +500,7 @@ static void test_connection_flood(void **state)
     (void)state;
     char db[512], log[512], ep[64];
     procs_files("flood", db, log);
-    endpoint_of(ep, 26000);
+    endpoint_of(ep);
     procs_client_keys("c", 1);
     char *sargv[] = {BIN("server/fedmoe-server"), "--bind", ep, "--db", db, "--partitions", "2",
                      "--max-connections", "100", NULL};
