@@ -346,13 +346,9 @@ static fm_status handle_welcome(session_t *s, const Fedmoe__Welcome *w)
         return FM_ERR_ARG;
     }
     fm_data_spec_t ds;
-    fm_data_spec_default(&ds);
+    fm_run_spec_data(&s->spec, &ds);
     ds.dataset = s->cfg->dataset[0] ? s->cfg->dataset : s->spec.dataset;
     ds.index = s->partition;
-    ds.count = s->spec.partition_count;
-    ds.part = s->spec.part;
-    ds.seed = s->spec.seed;
-    ds.holdout = s->spec.holdout;
     if ((st = fm_client_data_load(&s->data, &ds)) != FM_OK)
         return st;
     s->have_data = true;

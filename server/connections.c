@@ -69,10 +69,10 @@ void fm_conns_handle(fm_conns_t *c, double now)
         if (event == ZMQ_EVENT_DISCONNECTED) {
             c->open -= c->open > 0;
         } else if (event == ZMQ_EVENT_ACCEPTED && c->open >= c->cap) {
-            /* libzmq sees the peer hang up and closes it (its DISCONNECTED then
-             * finds nothing counted for it) */
+            /* libzmq sees the peer hang up and closes it; it counts until its
+             * DISCONNECTED like any other */
             shutdown((int)fd, SHUT_RDWR);
-            c->open++; /* until its DISCONNECTED */
+            c->open++;
             if (fm_log_limit_take(&c->refused, now, REFUSALS_PER_SECOND, "refused connections"))
                 fm_warn("connection from %s refused: %d connections open, the most --max-connections allows", addr,
                         c->cap);

@@ -355,18 +355,14 @@ static void handle_update(fm_coordinator_t *c, const char *id, int slot, const F
         return;
     }
     /* bound the update's distance from the state it was sent (--clip-norm) */
-    double before[2] = {0, 0};
     if (e.model)
-        before[0] = p->norm[0] = fm_clip_to_norm(c->scratch, c->global, c->dims.nmodel, c->clip[0]);
+        p->norm[0] = fm_clip_to_norm(c->scratch, c->global, c->dims.nmodel, c->clip[0]);
     if (e.prompt)
-        before[1] = p->norm[1] = fm_clip_to_norm(prompt, c->gprompt, c->dims.nprompt, c->clip[1]);
-    bool clipped = false;
-    for (int g = 0; g < 2; g++)
-        clipped |= c->clip[g] > 0.0 && before[g] > c->clip[g];
-    if (clipped) {
+        p->norm[1] = fm_clip_to_norm(prompt, c->gprompt, c->dims.nprompt, c->clip[1]);
+    if ((c->clip[0] > 0.0 && p->norm[0] > c->clip[0]) || (c->clip[1] > 0.0 && p->norm[1] > c->clip[1])) {
         c->clipped++;
         fm_info("round %d: update of %s clipped (distance %.4g / %.4g, bound %.4g / %.4g)", c->round.number, id,
-                before[0], before[1], c->clip[0], c->clip[1]);
+                p->norm[0], p->norm[1], c->clip[0], c->clip[1]);
     }
     /* checked above, room reserved at the round's opening: adding cannot fail */
     if (e.model)

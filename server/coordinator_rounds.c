@@ -187,13 +187,13 @@ static void next_clip(const fm_coordinator_t *c, double clip[2])
 
 /* The checkpoint of the state after this round: the pool takes the round's
  * prompts (pool strategies), in id order. */
-static fm_status encode_checkpoint(fm_coordinator_t *c, uint8_t **blob, size_t *len)
+static fm_status encode_checkpoint(fm_coordinator_t *c, const double clip[2], uint8_t **blob, size_t *len)
 {
     int n = fm_registry_count(c->reg), count = 0;
     const int *order = fm_registry_sorted(c->reg);
     fm_checkpoint_t ck = {.round = c->round.number, .global = c->global, .nglobal = c->dims.nmodel,
                           .prompt = c->gprompt, .nprompt = c->dims.nprompt};
-    next_clip(c, ck.clip);
+    memcpy(ck.clip, clip, sizeof ck.clip);
     ck.pool_ids = malloc(64 * (size_t)(n ? n : 1));
     ck.pool = malloc(sizeof(float) * c->dims.nprompt * (size_t)(n ? n : 1));
     if (!ck.pool_ids || !ck.pool) {
@@ -224,7 +224,7 @@ static fm_status encode_checkpoint(fm_coordinator_t *c, uint8_t **blob, size_t *
 static fm_status commit_round(fm_coordinator_t *c, double now)
 {
     fm_exchange_t e = fm_exchange_of(c->spec.strategy);
-    double learned[2];
+    double learned[2]; /* the next round's bounds, from this round's distances (once) */
     next_clip(c, learned);
     int late[2] = {0, 0}; /* clipped now, with the bounds this round learned */
     if (e.model && c->spec.clip_norm == FM_CLIP_AUTO && c->clip[0] == 0.0)
@@ -248,7 +248,7 @@ static fm_status commit_round(fm_coordinator_t *c, double now)
     }
     uint8_t *ckpt = NULL;
     size_t ckpt_len = 0;
-    fm_status st = encode_checkpoint(c, &ckpt, &ckpt_len);
+    fm_status st = encode_checkpoint(c, learned, &ckpt, &ckpt_len);
     if (st == FM_OK) {
         fm_sha256_hex(ckpt, ckpt_len, r.checkpoint_sha256);
         st = fm_store_commit_round(c->store, c->run_id, &r, rows, c->round.nparts, ckpt, ckpt_len);
@@ -257,7 +257,7 @@ static fm_status commit_round(fm_coordinator_t *c, double now)
     free(rows);
     if (st != FM_OK)
         return st;
-    next_clip(c, c->clip);
+    memcpy(c->clip, learned, sizeof c->clip);
     for (int i = 0; e.pool && i < c->round.nparts; i++) {
         fm_participant_t *p = &c->round.parts[i];
         fm_client_t *cl = fm_registry_at(c->reg, p->slot);

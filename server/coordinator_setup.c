@@ -176,12 +176,7 @@ static fm_status initial_state(fm_coordinator_t *c)
 static void data_sizes(fm_coordinator_t *c)
 {
     fm_data_spec_t ds;
-    fm_data_spec_default(&ds);
-    ds.dataset = c->spec.dataset;
-    ds.count = c->spec.partition_count;
-    ds.part = c->spec.part;
-    ds.seed = c->spec.seed;
-    ds.holdout = c->spec.holdout;
+    fm_run_spec_data(&c->spec, &ds);
     uint64_t largest = 0;
     c->sizes = calloc((size_t)ds.count, sizeof *c->sizes);
     if (c->sizes && fm_client_data_sizes(&ds, c->sizes) == FM_OK) {

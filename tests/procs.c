@@ -270,6 +270,28 @@ int procs_run_tests(const char *name, const struct CMUnitTest *tests, size_t n, 
     return rc;
 }
 
+void procs_heartbeat(void *sock)
+{
+    Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
+    Fedmoe__Heartbeat hb = FEDMOE__HEARTBEAT__INIT;
+    env.body_case = FEDMOE__ENVELOPE__BODY_HEARTBEAT;
+    env.heartbeat = &hb;
+    procs_send_env(sock, &env);
+}
+
+bool procs_log_has(const char *log, const char *text)
+{
+    FILE *f = fopen(log, "r");
+    if (!f)
+        return false;
+    char line[2048];
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f))
+        found = strstr(line, text) != NULL;
+    fclose(f);
+    return found;
+}
+
 int procs_free_port(void)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;

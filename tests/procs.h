@@ -27,6 +27,10 @@ int procs_run_tests(const char *name, const struct CMUnitTest *tests, size_t n, 
  * metrics. Return 0 when sent. */
 
 int procs_send_env(void *sock, Fedmoe__Envelope *env);
+/* Sends a Heartbeat on a DEALER. */
+void procs_heartbeat(void *sock);
+/* Whether a line of the log file contains text. */
+bool procs_log_has(const char *log, const char *text);
 /* A loopback TCP port free now (the kernel's choice): tests running side by
  * side do not collide as ports derived from their pids could. */
 int procs_free_port(void);

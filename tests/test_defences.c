@@ -89,10 +89,7 @@ static void test_weights_decided_by_coordinator(void **state)
     assert_int_equal(last_error_code("liar"), FM_WIRE_REJECTED);
     fm_split_sizes_t z[4];
     fm_data_spec_t ds;
-    fm_data_spec_default(&ds);
-    ds.count = 4;
-    ds.part = cfg.spec.part;
-    ds.seed = cfg.spec.seed;
+    fm_run_spec_data(&cfg.spec, &ds); /* 4 partitions */
     assert_int_equal(fm_client_data_sizes(&ds, z), FM_OK);
     procs_hello(&env, &h, "liar", 3, z[3].train); /* its real counts */
     h.own_data = false;

@@ -43,15 +43,6 @@ static Fedmoe__Envelope *recv_kind(void *sock, Fedmoe__Envelope__BodyCase kind, 
     return procs_recv_kind(sock, (int)kind, timeout_ms / 1000.0, NULL, NULL);
 }
 
-static void heartbeat(void *sock)
-{
-    Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
-    Fedmoe__Heartbeat hb = FEDMOE__HEARTBEAT__INIT;
-    env.body_case = FEDMOE__ENVELOPE__BODY_HEARTBEAT;
-    env.heartbeat = &hb;
-    send_env(sock, &env);
-}
-
 /* A fifth client joins once the run is under way and stalls: it heartbeats but
  * never uploads. Returns the round it was given; the round closes without it and
  * its late update is refused by the round number. */
@@ -70,7 +61,7 @@ static uint32_t join_and_stall(const char *endpoint, const char *db)
     fedmoe__envelope__free_unpacked(w, NULL);
     Fedmoe__Envelope *task = NULL;
     for (int i = 0; i < 120 && !task; i++) { /* alive while it waits */
-        heartbeat(staller);
+        procs_heartbeat(staller);
         task = recv_kind(staller, FEDMOE__ENVELOPE__BODY_TASK, 500);
     }
     assert_non_null(task);
@@ -83,7 +74,7 @@ static uint32_t join_and_stall(const char *endpoint, const char *db)
      * quorum is in (later than the deadline on a loaded machine, where the round
      * is extended while the real clients still train) */
     for (int i = 0; i < 400 && procs_committed_rounds(db) < (int)stalled_round; i++) {
-        heartbeat(staller);
+        procs_heartbeat(staller);
         usleep(500000);
     }
     assert_true(procs_committed_rounds(db) >= (int)stalled_round);

@@ -33,15 +33,6 @@ static char dir[256];
 
 #define ROUNDS 3
 
-static void heartbeat(void *sock)
-{
-    Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
-    Fedmoe__Heartbeat hb = FEDMOE__HEARTBEAT__INIT;
-    env.body_case = FEDMOE__ENVELOPE__BODY_HEARTBEAT;
-    env.heartbeat = &hb;
-    procs_send_env(sock, &env);
-}
-
 /* p0 joins and poisons every round it is sent, until the coordinator exits or
  * `rounds` rounds are committed; returns how many poisoned updates it sent. */
 static int poison(const char *ep, pid_t server, const char *db, int rounds)
@@ -70,7 +61,7 @@ static int poison(const char *ep, pid_t server, const char *db, int rounds)
     float prompt[256] = {0};
     double until = fm_clock_seconds() + 240.0;
     while (fm_clock_seconds() < until && procs_committed_rounds(db) < rounds) {
-        heartbeat(sock);
+        procs_heartbeat(sock);
         e = procs_recv_kind(sock, FEDMOE__ENVELOPE__BODY_TASK, 0.5, NULL, NULL);
         if (!e)
             continue;
@@ -174,16 +165,6 @@ static double run_with(const char *rule, const char *clip, bool defended)
             100.0 * acc, m);
     assert_true(acc > 0.7);
     return m;
-}
-
-static bool log_has(const char *path, const char *text)
-{
-    char cmd[1200], *out;
-    snprintf(cmd, sizeof cmd, "grep -c -F '%s' %s", text, path);
-    procs_capture(cmd, &out);
-    bool found = atoi(out) > 0;
-    free(out);
-    return found;
 }
 
 /* ---- tampering on the path ------------------------------------------------------ */
@@ -293,8 +274,8 @@ static void test_tampered_update_never_lands(void **state)
         completed += !strcmp(cr[i].client_id, "c0") && !strcmp(cr[i].status, "completed");
     fprintf(stderr, "  c0 through the relay: its first update changed on the way, %d rounds completed\n", completed);
     assert_int_equal(completed, 3);
-    assert_true(log_has(log, "short of the quorum")); /* the round its changed update was in */
-    assert_false(log_has(log, "SHA-256 does not match"));
+    assert_true(procs_log_has(log, "short of the quorum")); /* the round its changed update was in */
+    assert_false(procs_log_has(log, "SHA-256 does not match"));
     assert_true(global_max_abs(db) < 100.0);
     free(rr);
     free(cr);

@@ -103,19 +103,6 @@ static int hello_answer(void *sock, const char *id, double seconds)
     return kind;
 }
 
-static bool log_has(const char *log, const char *text)
-{
-    FILE *f = fopen(log, "r");
-    if (!f)
-        return false;
-    char line[2048];
-    bool found = false;
-    while (!found && fgets(line, sizeof line, f))
-        found = strstr(line, text) != NULL;
-    fclose(f);
-    return found;
-}
-
 /* ---- the attacks on a secure coordinator ------------------------------------ */
 
 static const char *endpoint_of(char *buf)
@@ -167,7 +154,7 @@ static void attack_impersonation(const char *ep, const char *log)
         peer_free(&p);
         char line[128];
         snprintf(line, sizeof line, "hello names client '%s' but the socket identity is 'c2'", claims[i]);
-        assert_true(log_has(log, line));
+        assert_true(procs_log_has(log, line));
     }
 }
 
@@ -223,7 +210,7 @@ static void attack_non_reading_peer(const char *ep, const char *log, const char 
     /* at most 20 a second over the flood (and the seconds it straddles) */
     assert_true(atol(out) <= (long)((seconds + 2.0) * 20.0));
     free(out);
-    assert_true(log_has(log, "more refusals in the last second were not logged"));
+    assert_true(procs_log_has(log, "more refusals in the last second were not logged"));
 }
 
 /* c2 connects with its key and is answered; its key is removed and the
@@ -244,11 +231,11 @@ static void attack_revoked_key(const char *ep, const char *log, pid_t server)
     snprintf(pub, sizeof pub, "%s/c2.pub", allow);
     assert_int_equal(unlink(pub), 0);
     kill(server, SIGHUP);
-    for (int i = 0; i < 100 && !log_has(log, "reloaded: 3 client keys"); i++)
+    for (int i = 0; i < 100 && !procs_log_has(log, "reloaded: 3 client keys"); i++)
         usleep(100000);
-    assert_true(log_has(log, "reloaded: 3 client keys"));
+    assert_true(procs_log_has(log, "reloaded: 3 client keys"));
     assert_int_equal(hello_answer(p.sock, "c2", 2.0), 0);
-    assert_true(log_has(log, "dropped a message from c2: its key was removed from the allow-list or replaced"));
+    assert_true(procs_log_has(log, "dropped a message from c2: its key was removed from the allow-list or replaced"));
     peer_free(&p);
     p = peer_new("c2", 6);
     procs_secure_client(p.sock, "c2");
@@ -271,11 +258,11 @@ static void attack_revoked_key(const char *ep, const char *log, pid_t server)
     assert_int_equal(fm_key_generate(&fresh, "c3"), FM_OK);
     assert_int_equal(fm_key_write(&fresh, allow), FM_OK);
     kill(server, SIGHUP);
-    for (int i = 0; i < 100 && !log_has(log, "reloaded: 3 client keys") ; i++)
+    for (int i = 0; i < 100 && !procs_log_has(log, "reloaded: 3 client keys") ; i++)
         usleep(100000);
     usleep(300000);
     assert_int_equal(hello_answer(p.sock, "c3", 2.0), 0);
-    assert_true(log_has(log, "dropped a message from c3: its key was removed from the allow-list or replaced"));
+    assert_true(procs_log_has(log, "dropped a message from c3: its key was removed from the allow-list or replaced"));
     peer_free(&p);
 }
 
@@ -450,7 +437,7 @@ static void test_same_id_connections_with_resets(void **state)
     zmq_connect(p.sock, ep);
     assert_int_equal(hello_answer(p.sock, "after", 10.0), FEDMOE__ENVELOPE__BODY_WELCOME);
     peer_free(&p);
-    assert_true(log_has(log, "INSECURE"));
+    assert_true(procs_log_has(log, "INSECURE"));
     kill(server, SIGTERM);
     assert_int_equal(procs_wait(server, 30), 0);
 }
@@ -506,7 +493,7 @@ static void test_connection_flood(void **state)
                      "--max-connections", "100", NULL};
     pid_t server = procs_spawn_server(sargv, log);
     int port = atoi(strrchr(ep, ':') + 1), base = 0;
-    for (int i = 0; i < 100 && !log_has(log, "listening on"); i++)
+    for (int i = 0; i < 100 && !procs_log_has(log, "listening on"); i++)
         usleep(50000);
     base = fd_count(server);
     enum { N = 1000 };
@@ -540,7 +527,7 @@ static void test_connection_flood(void **state)
             base, during, after);
     assert_true(during >= base + 50 && during <= base + 100 + 20); /* they held descriptors, up to the cap */
     assert_true(after <= base + 50); /* and were closed, while the peers kept them open */
-    assert_true(log_has(log, "refused: 100 connections open"));
+    assert_true(procs_log_has(log, "refused: 100 connections open"));
     /* the count came back down with them: a new connection is let in at once */
     p = peer_new("c0", 41);
     procs_secure_client(p.sock, "c0");

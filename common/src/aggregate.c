@@ -32,8 +32,10 @@ void fm_agg_spec_name(const fm_agg_spec_t *s, char *buf, size_t cap)
 fm_status fm_agg_spec_parse(const char *flag, const char *text, fm_agg_spec_t *out)
 {
     fm_agg_spec_t s = {FM_AGG_MEAN, 0.0};
-    if (!strcmp(text, "mean") || !strcmp(text, "median")) {
-        s.rule = text[1] == 'e' && text[2] == 'd' ? FM_AGG_MEDIAN : FM_AGG_MEAN;
+    if (!strcmp(text, "mean")) {
+        s.rule = FM_AGG_MEAN;
+    } else if (!strcmp(text, "median")) {
+        s.rule = FM_AGG_MEDIAN;
     } else if (!strncmp(text, "trimmed-mean:", 13)) {
         char *end;
         s.rule = FM_AGG_TRIMMED_MEAN;

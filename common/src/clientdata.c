@@ -52,6 +52,17 @@ static fm_status load_any(fm_dataset_t *ds, const char *spec, bool images)
     return FM_ERR_ARG;
 }
 
+/* Client `client`'s split of its examples idx[0..n) of all, as spec says
+ * (train / validation / test, or the holdout re-split). */
+static fm_status split_client(fm_split_t *s, const uint32_t *idx, size_t n, const fm_dataset_t *all,
+                              const fm_data_spec_t *spec, int client)
+{
+    fm_status st = fm_split_make(s, idx, n, all->y, all->classes, spec->seed, client, spec->test_frac, spec->val_frac);
+    if (st == FM_OK && spec->holdout)
+        st = fm_split_holdout(s, all->y, all->classes, spec->seed, client, spec->test_frac, spec->val_frac);
+    return st;
+}
+
 fm_status fm_client_data_load(fm_client_data_t *cd, const fm_data_spec_t *spec)
 {
     memset(cd, 0, sizeof *cd);
@@ -79,11 +90,7 @@ fm_status fm_client_data_load(fm_client_data_t *cd, const fm_data_spec_t *spec)
         for (size_t i = 0; i < all.n; i++)
             mine[i] = (uint32_t)i;
     }
-    if ((st = fm_split_make(&split, mine, n_mine, all.y, all.classes, spec->seed, client, spec->test_frac,
-                            spec->val_frac)) != FM_OK)
-        goto out;
-    if (spec->holdout &&
-        (st = fm_split_holdout(&split, all.y, all.classes, spec->seed, client, spec->test_frac, spec->val_frac)) != FM_OK)
+    if ((st = split_client(&split, mine, n_mine, &all, spec, client)) != FM_OK)
         goto out;
     if ((st = fm_dataset_subset(&cd->train, &all, split.train, split.n_train)) != FM_OK ||
         (st = fm_dataset_subset(&cd->val, &all, split.val, split.n_val)) != FM_OK ||
@@ -126,10 +133,7 @@ fm_status fm_client_data_sizes(const fm_data_spec_t *spec, fm_split_sizes_t *siz
     }
     for (int c = 0; st == FM_OK && c < spec->count; c++) {
         fm_split_t split = {0};
-        st = fm_split_make(&split, part.index + part.offset[c], part.offset[c + 1] - part.offset[c], all.y, all.classes,
-                           spec->seed, c, spec->test_frac, spec->val_frac);
-        if (st == FM_OK && spec->holdout)
-            st = fm_split_holdout(&split, all.y, all.classes, spec->seed, c, spec->test_frac, spec->val_frac);
+        st = split_client(&split, part.index + part.offset[c], part.offset[c + 1] - part.offset[c], &all, spec, c);
         sizes[c] = (fm_split_sizes_t){split.n_train, split.n_val, split.n_test};
         fm_split_free(&split);
     }

@@ -50,6 +50,16 @@ void fm_run_spec_default(fm_run_spec_t *s)
     s->clip_norm = FM_CLIP_AUTO;
 }
 
+void fm_run_spec_data(const fm_run_spec_t *s, fm_data_spec_t *out)
+{
+    fm_data_spec_default(out);
+    out->dataset = s->dataset;
+    out->count = s->partition_count;
+    out->part = s->part;
+    out->seed = s->seed;
+    out->holdout = s->holdout;
+}
+
 void fm_clip_norm_name(double clip, char *buf, size_t cap)
 {
     if (clip == FM_CLIP_AUTO)

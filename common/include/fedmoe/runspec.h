@@ -88,6 +88,11 @@ void fm_run_spec_default(fm_run_spec_t *s);
  * a reason. */
 fm_status fm_run_spec_finish(fm_run_spec_t *s);
 
+/* The data spec of the run: its dataset, partitions (count, scheme, seed) and
+ * holdout, partition index 0 and the default split fractions. What clients
+ * load and the coordinator sizes. */
+void fm_run_spec_data(const fm_run_spec_t *s, fm_data_spec_t *out);
+
 /* The spec as one JSON object (for the runs table); returns bytes written. */
 size_t fm_run_spec_json(const fm_run_spec_t *s, char *buf, size_t cap);
 
