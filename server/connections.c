@@ -4,20 +4,84 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <linux/tcp.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <zmq.h>
 
 #include "fedmoe/log.h"
 
 #define REFUSALS_PER_SECOND 20
+#define CHECK_EVERY_S 0.05
+
+/* One accepted TCP connection, indexed by its descriptor: the bytes the kernel
+ * had received from it when a message of its was last delivered. */
+typedef struct {
+    bool open, heard;
+    uint64_t base;
+    char addr[64];
+} conn_t;
 
 struct fm_conns {
     void *watched, *events;
     int cap, open;
-    fm_log_limit_t refused;
+    uint64_t backlog; /* bytes a connection may send without completing a message */
+    conn_t *by_fd;
+    int nfd;
+    double last_check;
+    fm_log_limit_t refused, cut;
 };
 
-fm_status fm_conns_open(fm_conns_t **out, void *ctx, void *sock, int cap)
+/* Bytes the kernel has received on fd (in order, whether or not libzmq has
+ * read them); false when fd is not TCP (ipc). */
+static bool received(int fd, uint64_t *bytes)
+{
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    memset(&ti, 0, sizeof ti);
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+        len < offsetof(struct tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received)
+        return false;
+    *bytes = ti.tcpi_bytes_received;
+    return true;
+}
+
+/* Starts tracking an accepted connection (its slot grown into existence;
+ * descriptors are below the file limit). */
+static void track(fm_conns_t *c, int fd, const char *addr)
+{
+    if (fd < 0)
+        return;
+    if (fd >= c->nfd) {
+        int n = fd + 64;
+        conn_t *g = realloc(c->by_fd, (size_t)n * sizeof *g);
+        if (!g)
+            return; /* (untracked: only the backlog check is lost for it) */
+        memset(g + c->nfd, 0, (size_t)(n - c->nfd) * sizeof *g);
+        c->by_fd = g;
+        c->nfd = n;
+    }
+    conn_t *k = &c->by_fd[fd];
+    memset(k, 0, sizeof *k);
+    k->open = received(fd, &k->base);
+    /* the peer's address (the event names the listening endpoint) */
+    struct sockaddr_storage sa;
+    socklen_t sl = sizeof sa;
+    char host[INET6_ADDRSTRLEN] = "";
+    if (getpeername(fd, (struct sockaddr *)&sa, &sl) == 0 && sa.ss_family == AF_INET)
+        inet_ntop(AF_INET, &((struct sockaddr_in *)&sa)->sin_addr, host, sizeof host);
+    else if (sa.ss_family == AF_INET6)
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&sa)->sin6_addr, host, sizeof host);
+    if (host[0])
+        snprintf(k->addr, sizeof k->addr, "%s port %u", host,
+                 ntohs(sa.ss_family == AF_INET ? ((struct sockaddr_in *)&sa)->sin_port
+                                               : ((struct sockaddr_in6 *)&sa)->sin6_port));
+    else
+        snprintf(k->addr, sizeof k->addr, "%.63s", addr);
+}
+
+fm_status fm_conns_open(fm_conns_t **out, void *ctx, void *sock, int cap, size_t max_message)
 {
     *out = NULL;
     fm_conns_t *c = calloc(1, sizeof *c);
@@ -39,6 +103,7 @@ fm_status fm_conns_open(fm_conns_t **out, void *ctx, void *sock, int cap)
     zmq_setsockopt(c->events, ZMQ_LINGER, &linger, sizeof linger);
     c->watched = sock;
     c->cap = cap;
+    c->backlog = 2 * (uint64_t)max_message + (1u << 20);
     *out = c;
     return FM_OK;
 }
@@ -68,6 +133,8 @@ void fm_conns_handle(fm_conns_t *c, double now)
         memcpy(&fd, head + 2, 4);
         if (event == ZMQ_EVENT_DISCONNECTED) {
             c->open -= c->open > 0;
+            if ((int)fd >= 0 && (int)fd < c->nfd)
+                c->by_fd[fd].open = false;
         } else if (event == ZMQ_EVENT_ACCEPTED && c->open >= c->cap) {
             /* libzmq sees the peer hang up and closes it; it counts until its
              * DISCONNECTED like any other */
@@ -78,6 +145,37 @@ void fm_conns_handle(fm_conns_t *c, double now)
                         c->cap);
         } else if (event == ZMQ_EVENT_ACCEPTED) {
             c->open++;
+            track(c, (int)fd, addr);
+        }
+    }
+}
+
+void fm_conns_heard(fm_conns_t *c, int fd)
+{
+    if (fd >= 0 && fd < c->nfd)
+        c->by_fd[fd].heard = true;
+}
+
+void fm_conns_check(fm_conns_t *c, double now)
+{
+    if (now - c->last_check < CHECK_EVERY_S)
+        return;
+    c->last_check = now;
+    for (int fd = 0; fd < c->nfd; fd++) {
+        conn_t *k = &c->by_fd[fd];
+        uint64_t got;
+        if (!k->open || !received(fd, &got))
+            continue;
+        if (k->heard) { /* (everything received so far may have been its messages) */
+            k->heard = false;
+            k->base = got;
+        } else if (got > k->base && got - k->base > c->backlog) {
+            shutdown(fd, SHUT_RDWR);
+            k->open = false;
+            if (fm_log_limit_take(&c->cut, now, REFUSALS_PER_SECOND, "closed connections"))
+                fm_warn("connection from %s closed: %llu bytes received without a complete message (an "
+                        "unfinished multipart message?), more than the %llu allowed",
+                        k->addr, (unsigned long long)(got - k->base), (unsigned long long)c->backlog);
         }
     }
 }
@@ -89,6 +187,7 @@ void fm_conns_close(fm_conns_t **cp)
         return;
     zmq_socket_monitor(c->watched, NULL, 0);
     zmq_close(c->events);
+    free(c->by_fd);
     free(c);
     *cp = NULL;
 }

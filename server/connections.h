@@ -7,21 +7,40 @@
  * descriptor, which libzmq then closes as a peer that hung up). Connections
  * that never finish their handshake are closed by libzmq after
  * FM_WIRE_HANDSHAKE_MS, so a flood holds at most `cap` descriptors, for at most
- * that long each. */
+ * that long each.
+ *
+ * It also bounds what one connection can make libzmq hold unseen. libzmq
+ * delivers a multipart message only when its last frame arrives, and its
+ * queues count whole messages: a peer that sends frames of one message and
+ * never the last grows the coordinator without bound (ZMQ_MAXMSGSIZE bounds
+ * each frame). So every CHECK_EVERY_S the counter asks the kernel how many bytes
+ * each TCP connection has received (TCP_INFO) and shuts a connection that has
+ * received more than twice the largest message plus 1 MiB since a message of
+ * its was last delivered (fm_conns_heard, from the message's ZMQ_SRCFD). An
+ * honest client completes a message every second (its heartbeat). */
 #ifndef FEDMOE_CONNECTIONS_H
 #define FEDMOE_CONNECTIONS_H
+
+#include <stdbool.h>
+#include <stddef.h>
 
 #include "fedmoe/status.h"
 
 typedef struct fm_conns fm_conns_t;
 
 /* Watches sock (a bound or about to be bound socket of ctx) with a cap of
- * `cap` connections. Caller closes with fm_conns_close before closing sock. */
-fm_status fm_conns_open(fm_conns_t **out, void *ctx, void *sock, int cap);
+ * `cap` connections, whose messages are at most max_message bytes. Caller
+ * closes with fm_conns_close before closing sock. */
+fm_status fm_conns_open(fm_conns_t **out, void *ctx, void *sock, int cap, size_t max_message);
 /* The socket to poll for events (owned by the counter). */
 void *fm_conns_socket(fm_conns_t *c);
 /* Handles every waiting event; `now` for rate-limited log lines. */
 void fm_conns_handle(fm_conns_t *c, double now);
+/* A message from descriptor fd (its ZMQ_SRCFD) was delivered. */
+void fm_conns_heard(fm_conns_t *c, int fd);
+/* Shuts connections holding more than their bound of undelivered bytes;
+ * does the work at most every CHECK_EVERY_S (call it every loop). */
+void fm_conns_check(fm_conns_t *c, double now);
 /* Connections open now. */
 int fm_conns_open_count(const fm_conns_t *c);
 /* Stops watching and frees the counter; sets *c to NULL; safe on NULL. */

@@ -17,7 +17,7 @@
 #include "fedmoe/log.h"
 #include "fedmoe/wire.h"
 
-#define POLL_S 0.2
+#define POLL_S 0.05 /* also how often connections are checked (connections.h) */
 #define DROPS_PER_SECOND 20
 
 static fm_log_limit_t drops; /* messages dropped unread: at most DROPS_PER_SECOND logged */
@@ -28,6 +28,7 @@ static fm_log_limit_t drops; /* messages dropped unread: at most DROPS_PER_SECON
 typedef struct {
     void *sock;
     fm_routes_t *routes;
+    fm_conns_t *conns;
 } daemon_t;
 
 static fm_status send_zmq(void *user, const char *id, const uint8_t *data, size_t len)
@@ -93,6 +94,8 @@ static void drain(fm_coordinator_t *c, daemon_t *d, const fm_zap_t *zap)
     zmq_msg_t idm, msg;
     bool have, extra;
     while (receive(d->sock, &idm, &msg, &have, &extra)) {
+        if (have)
+            fm_conns_heard(d->conns, zmq_msg_get(&msg, ZMQ_SRCFD));
         char id[64] = "";
         size_t idn = zmq_msg_size(&idm);
         bool ok = have;
@@ -197,10 +200,9 @@ fm_status fm_coordinator_run(const fm_server_config_t *cfg, volatile sig_atomic_
                              volatile sig_atomic_t *reload)
 {
     void *ctx = zmq_ctx_new();
-    daemon_t d = {NULL, NULL};
+    daemon_t d = {NULL, NULL, NULL};
     fm_coordinator_t *c = NULL;
     fm_zap_t *zap = NULL;
-    fm_conns_t *conns = NULL;
     fm_key_t own;
     fm_status st = ctx ? start_security(cfg, ctx, &own, &zap) : FM_ERR_IO;
     if (st == FM_OK && zap)
@@ -213,7 +215,7 @@ fm_status fm_coordinator_run(const fm_server_config_t *cfg, volatile sig_atomic_
                 "join, read and change the model",
                 cfg->bind);
     if (!(d.sock = open_socket(ctx, cfg, &own, fm_coordinator_max_message(c))) ||
-        fm_conns_open(&conns, ctx, d.sock, max_conns) != FM_OK) {
+        fm_conns_open(&d.conns, ctx, d.sock, max_conns, fm_coordinator_max_message(c)) != FM_OK) {
         st = FM_ERR_IO;
         goto out;
     }
@@ -228,7 +230,7 @@ fm_status fm_coordinator_run(const fm_server_config_t *cfg, volatile sig_atomic_
                 fm_zap_reload(zap);
         }
         zmq_pollitem_t items[3] = {{d.sock, 0, ZMQ_POLLIN, 0},
-                                   {fm_conns_socket(conns), 0, ZMQ_POLLIN, 0},
+                                   {fm_conns_socket(d.conns), 0, ZMQ_POLLIN, 0},
                                    {zap ? fm_zap_socket(zap) : NULL, 0, ZMQ_POLLIN, 0}};
         long timeout = (long)(fm_coordinator_wait(c, fm_clock_seconds(), POLL_S) * 1000.0 + 1);
         if (zmq_poll(items, zap ? 3 : 2, timeout) < 0 && zmq_errno() != EINTR) {
@@ -237,16 +239,17 @@ fm_status fm_coordinator_run(const fm_server_config_t *cfg, volatile sig_atomic_
             goto out;
         }
         if (items[1].revents & ZMQ_POLLIN)
-            fm_conns_handle(conns, fm_clock_seconds());
+            fm_conns_handle(d.conns, fm_clock_seconds());
         if (zap && (items[2].revents & ZMQ_POLLIN))
             fm_zap_handle(zap);
         if (items[0].revents & ZMQ_POLLIN)
             drain(c, &d, zap);
+        fm_conns_check(d.conns, fm_clock_seconds()); /* after drain: what it read counts as heard */
     }
     if (st == FM_OK && !fm_coordinator_finished(c))
         st = fm_coordinator_stop(c);
 out:
-    fm_conns_close(&conns); /* before its socket */
+    fm_conns_close(&d.conns); /* before its socket */
     fm_coordinator_destroy(&c);
     if (d.sock)
         zmq_close(d.sock);

@@ -427,3 +427,27 @@ int procs_send_update(void *sock, uint32_t round, const uint8_t *nonce, const fl
     fm_wire_tensor_clear(&p);
     return rc;
 }
+
+long procs_rss_kb(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmRSS:", 6))
+            kb = atol(line + 6);
+    if (f)
+        fclose(f);
+    return kb;
+}
+
+int procs_fd_count(pid_t pid)
+{
+    char cmd[128], *out;
+    snprintf(cmd, sizeof cmd, "ls /proc/%d/fd | wc -l", (int)pid);
+    procs_capture(cmd, &out);
+    int n = atoi(out);
+    free(out);
+    return n;
+}

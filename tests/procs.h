@@ -97,4 +97,9 @@ void procs_finished_run(const char *db, fm_round_row_t **rounds, int *nr, fm_cli
 /* PRAGMA integrity_check of db is "ok". */
 bool procs_integrity_ok(const char *db);
 
+/* A process's resident memory in kB (-1 when unknown). */
+long procs_rss_kb(pid_t pid);
+/* How many descriptors a process holds. */
+int procs_fd_count(pid_t pid);
+
 #endif

@@ -560,6 +560,7 @@ static void test_batch_paths_and_data_shape(void **state)
     fm_model_destroy(&m);
 }
 
+
 int main(void)
 {
     fm_kernels_set_threads(1);

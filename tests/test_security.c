@@ -1,21 +1,21 @@
 /* Attacks from the network on a real coordinator, with real CURVE keys on
  * loopback, while two honest clients train: a peer without a key, with a key not
- * in the allow-list, with an allowed key posing as another client, with a key
- * revoked or replaced (SIGHUP) while connected, and one flooding junk without
- * reading are all refused, and the run finishes with the honest clients'
- * rounds. A real client refuses a coordinator that does not hold the pinned
- * key, and stops with a clear line when its own key keeps being refused.
- * Against a plain (--insecure) coordinator: two connections with one routing
- * id, each sending a frame, then a TCP reset, repeated (the libzmq 4.3.4 abort
- * that ZMQ_ROUTER_HANDOVER allowed) leave it running. Control characters cannot
- * forge log lines; the open-file limit is raised and checked. */
+ * in the allow-list, with an allowed key posing as another client (live or
+ * gone), with a key revoked or replaced (SIGHUP) while connected, and one
+ * flooding junk without reading are all refused, and the run finishes with the
+ * honest clients' rounds. A real client refuses a coordinator that does not
+ * hold the pinned key, and stops with a clear line when its own key keeps being
+ * refused. Control characters cannot forge log lines. (Attacks on the
+ * transport itself: test_transport.c.) */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <errno.h>
 #include <signal.h>
+#include <sys/time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,88 +28,12 @@
 #include "fedmoe/store.h"
 #include "fedmoe/wire.h"
 
+#include "peer.h"
 #include "procs.h"
 
 static char dir[256];
 
-/* ---- a peer's view of its handshake ------------------------------------------- */
-
-typedef struct {
-    void *ctx, *sock, *mon;
-} peer_t;
-
-/* A DEALER with routing id `id`, its handshake events watched. */
-static peer_t peer_new(const char *id, int n)
-{
-    peer_t p = {.ctx = zmq_ctx_new()};
-    p.sock = zmq_socket(p.ctx, ZMQ_DEALER);
-    zmq_setsockopt(p.sock, ZMQ_ROUTING_ID, id, strlen(id));
-    int linger = 0;
-    zmq_setsockopt(p.sock, ZMQ_LINGER, &linger, sizeof linger);
-    char ep[64];
-    snprintf(ep, sizeof ep, "inproc://mon-%d", n);
-    assert_int_equal(zmq_socket_monitor(p.sock, ep,
-                                        ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
-                                            ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                                            ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL),
-                     0);
-    p.mon = zmq_socket(p.ctx, ZMQ_PAIR);
-    assert_int_equal(zmq_connect(p.mon, ep), 0);
-    return p;
-}
-
-static void peer_free(peer_t *p)
-{
-    zmq_close(p->mon);
-    zmq_close(p->sock);
-    zmq_ctx_term(p->ctx);
-}
-
-/* The first handshake event within seconds (0 when none); its value in *value. */
-static int handshake_event(peer_t *p, double seconds, int *value)
-{
-    zmq_pollitem_t it = {p->mon, 0, ZMQ_POLLIN, 0};
-    if (zmq_poll(&it, 1, (long)(seconds * 1000)) <= 0)
-        return 0;
-    uint8_t ev[6];
-    char addr[256];
-    int n = zmq_recv(p->mon, ev, sizeof ev, 0);
-    zmq_recv(p->mon, addr, sizeof addr, 0);
-    assert_int_equal(n, 6);
-    uint16_t e;
-    uint32_t v;
-    memcpy(&e, ev, 2);
-    memcpy(&v, ev + 2, 4);
-    *value = (int)v;
-    return e;
-}
-
-/* Sends a Hello as id; returns the kind of the coordinator's first answer
- * within seconds (Welcome, or Error when it was heard and refused), 0 when it
- * did not answer. */
-static int hello_answer(void *sock, const char *id, double seconds)
-{
-    Fedmoe__Envelope env;
-    Fedmoe__Hello h;
-    procs_hello(&env, &h, id, -1, 0);
-    int ms = 1000; /* a DEALER with no connection would wait to send for ever */
-    zmq_setsockopt(sock, ZMQ_SNDTIMEO, &ms, sizeof ms);
-    if (procs_send_env(sock, &env) != 0)
-        return 0;
-    Fedmoe__Envelope *e = procs_recv_kind(sock, 0, seconds, NULL, NULL);
-    int kind = e ? (int)e->body_case : 0;
-    if (e)
-        fedmoe__envelope__free_unpacked(e, NULL);
-    return kind;
-}
-
 /* ---- the attacks on a secure coordinator ------------------------------------ */
-
-static const char *endpoint_of(char *buf)
-{
-    snprintf(buf, 64, "tcp://127.0.0.1:%d", procs_free_port());
-    return buf;
-}
 
 /* A peer with no key (plain NULL), and one with a key the coordinator does not
  * know: both refused at the handshake. */
@@ -117,10 +41,10 @@ static void attack_without_allowed_key(const char *ep)
 {
     peer_t p = peer_new("nokey", 1);
     zmq_connect(p.sock, ep);
-    int v, e = handshake_event(&p, 10, &v);
+    int v, e = peer_event(&p, 10, &v);
     assert_true(e == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || e == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL ||
                 e == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH);
-    assert_int_equal(hello_answer(p.sock, "nokey", 1.0), 0);
+    assert_int_equal(peer_hello(p.sock, "nokey", 1.0), 0);
     peer_free(&p);
 
     p = peer_new("mallory", 2);
@@ -131,7 +55,7 @@ static void attack_without_allowed_key(const char *ep)
     assert_int_equal(fm_key_read(spub, false, &server), FM_OK);
     assert_int_equal(fm_key_apply_client(p.sock, &mallory, server.public_z85), FM_OK);
     zmq_connect(p.sock, ep);
-    assert_int_equal(handshake_event(&p, 10, &v), ZMQ_EVENT_HANDSHAKE_FAILED_AUTH);
+    assert_int_equal(peer_event(&p, 10, &v), ZMQ_EVENT_HANDSHAKE_FAILED_AUTH);
     assert_int_equal(v, 400);
     peer_free(&p);
 }
@@ -148,29 +72,14 @@ static void attack_impersonation(const char *ep, const char *log)
         procs_secure_client(p.sock, "c2");
         zmq_connect(p.sock, ep);
         int v;
-        assert_int_equal(handshake_event(&p, 10, &v), ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
+        assert_int_equal(peer_event(&p, 10, &v), ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
         /* it is c2, whatever it calls itself: a Hello naming another id is refused */
-        assert_int_equal(hello_answer(p.sock, claims[i], 10.0), FEDMOE__ENVELOPE__BODY_ERROR);
+        assert_int_equal(peer_hello(p.sock, claims[i], 10.0), FEDMOE__ENVELOPE__BODY_ERROR);
         peer_free(&p);
         char line[128];
         snprintf(line, sizeof line, "hello names client '%s' but the socket identity is 'c2'", claims[i]);
         assert_true(procs_log_has(log, line));
     }
-}
-
-/* The coordinator's resident memory in kB. */
-static long rss_kb(pid_t pid)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    long kb = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, "VmRSS:", 6))
-            kb = atol(line + 6);
-    if (f)
-        fclose(f);
-    return kb;
 }
 
 /* c3 sends 200,000 junk messages as fast as it can and never reads: every one
@@ -189,8 +98,8 @@ static void attack_non_reading_peer(const char *ep, const char *log, const char 
     procs_secure_client(p.sock, "c3");
     zmq_connect(p.sock, ep);
     int v;
-    assert_int_equal(handshake_event(&p, 10, &v), ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
-    long before = rss_kb(server);
+    assert_int_equal(peer_event(&p, 10, &v), ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
+    long before = procs_rss_kb(server);
     double t0 = fm_clock_seconds();
     int sent = 0;
     for (int i = 0; i < 200000; i++)
@@ -198,7 +107,7 @@ static void attack_non_reading_peer(const char *ep, const char *log, const char 
     assert_int_equal(sent, 200000);
     usleep(3000000); /* let it read them all */
     double seconds = fm_clock_seconds() - t0;
-    long after = rss_kb(server);
+    long after = procs_rss_kb(server);
     fprintf(stderr, "  non-reading peer: coordinator RSS %ld -> %ld kB\n", before, after);
 #ifndef __SANITIZE_ADDRESS__ /* (AddressSanitizer's quarantine and redzones make RSS no measure) */
     assert_true(before > 0 && after - before < 8 * 1024); /* no bound: +12.9 MB after 100,000 */
@@ -223,9 +132,9 @@ static void attack_revoked_key(const char *ep, const char *log, pid_t server)
     procs_secure_client(p.sock, "c2");
     zmq_connect(p.sock, ep);
     int v;
-    assert_int_equal(handshake_event(&p, 10, &v), ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
+    assert_int_equal(peer_event(&p, 10, &v), ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
     /* heard and answered (an Error: both partitions are taken by c0 and c1) */
-    assert_int_equal(hello_answer(p.sock, "c2", 10.0), FEDMOE__ENVELOPE__BODY_ERROR);
+    assert_int_equal(peer_hello(p.sock, "c2", 10.0), FEDMOE__ENVELOPE__BODY_ERROR);
     char skey[512], spub[512], allow[512], pub[600];
     procs_server_keys(skey, spub, allow);
     snprintf(pub, sizeof pub, "%s/c2.pub", allow);
@@ -234,21 +143,21 @@ static void attack_revoked_key(const char *ep, const char *log, pid_t server)
     for (int i = 0; i < 100 && !procs_log_has(log, "reloaded: 3 client keys"); i++)
         usleep(100000);
     assert_true(procs_log_has(log, "reloaded: 3 client keys"));
-    assert_int_equal(hello_answer(p.sock, "c2", 2.0), 0);
+    assert_int_equal(peer_hello(p.sock, "c2", 2.0), 0);
     assert_true(procs_log_has(log, "dropped a message from c2: its key was removed from the allow-list or replaced"));
     peer_free(&p);
     p = peer_new("c2", 6);
     procs_secure_client(p.sock, "c2");
     zmq_connect(p.sock, ep);
-    assert_int_equal(handshake_event(&p, 10, &v), ZMQ_EVENT_HANDSHAKE_FAILED_AUTH);
+    assert_int_equal(peer_event(&p, 10, &v), ZMQ_EVENT_HANDSHAKE_FAILED_AUTH);
     peer_free(&p);
     /* c3's key replaced by a new pair for c3 (a stolen key): the connection made
      * with the old key is no longer heard */
     p = peer_new("c3", 9);
     procs_secure_client(p.sock, "c3");
     zmq_connect(p.sock, ep);
-    assert_int_equal(handshake_event(&p, 10, &v), ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
-    assert_int_not_equal(hello_answer(p.sock, "c3", 10.0), 0);
+    assert_int_equal(peer_event(&p, 10, &v), ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
+    assert_int_not_equal(peer_hello(p.sock, "c3", 10.0), 0);
     char key[600];
     snprintf(pub, sizeof pub, "%s/c3.pub", allow);
     snprintf(key, sizeof key, "%s/c3.key", allow);
@@ -261,7 +170,7 @@ static void attack_revoked_key(const char *ep, const char *log, pid_t server)
     for (int i = 0; i < 100 && !procs_log_has(log, "reloaded: 3 client keys") ; i++)
         usleep(100000);
     usleep(300000);
-    assert_int_equal(hello_answer(p.sock, "c3", 2.0), 0);
+    assert_int_equal(peer_hello(p.sock, "c3", 2.0), 0);
     assert_true(procs_log_has(log, "dropped a message from c3: its key was removed from the allow-list or replaced"));
     peer_free(&p);
 }
@@ -271,7 +180,7 @@ static void test_attacks_refused_honest_run_finishes(void **state)
     (void)state;
     char db[512], log[512], ep[64];
     procs_files("sec", db, log);
-    endpoint_of(ep);
+    peer_endpoint(ep);
     procs_client_keys("c", 4); /* c0, c1 honest; c2, c3 used by the attacks */
     char *sargv[] = {BIN("server/fedmoe-server"), "--bind", ep, "--db", db, "--rounds", "12", "--min-clients", "2",
                      "--partitions", "2", NULL};
@@ -301,6 +210,64 @@ static void test_attacks_refused_honest_run_finishes(void **state)
     assert_int_equal(nc, 24);
     for (int i = 0; i < nc; i++) {
         assert_true(!strcmp(cr[i].client_id, "c0") || !strcmp(cr[i].client_id, "c1"));
+        assert_string_equal(cr[i].status, "completed");
+    }
+    free(r);
+    free(cr);
+}
+
+
+/* A client that is gone (killed, silent past --client-timeout) cannot be taken
+ * over: e2's key calling itself e0, in its routing id and Hello, is refused
+ * while e0's partition waits for it; the real e0, restarted with its key, is
+ * welcomed back and the run finishes with e0 and e1. */
+static void test_dropped_client_cannot_be_taken(void **state)
+{
+    (void)state;
+    char db[512], log[512], ep[64];
+    procs_files("dropped", db, log);
+    peer_endpoint(ep);
+    procs_client_keys("e", 3); /* (the first test revoked c2) */
+    char *sargv[] = {BIN("server/fedmoe-server"), "--bind", ep, "--db", db, "--rounds", "2", "--min-clients", "2",
+                     "--partitions", "2", "--client-timeout", "2", NULL};
+    pid_t server = procs_spawn_server(sargv, log);
+    char clog[3][512];
+    pid_t c[2];
+    for (int i = 0; i < 3; i++)
+        snprintf(clog[i], sizeof clog[i], "%s/dropped-e%d%s.log", dir, i % 2, i == 2 ? "-again" : "");
+    char *c0argv[] = {BIN("client/fedmoe-client"), "--connect", ep, "--id", "e0", "--state-dir", dir, NULL};
+    char *c1argv[] = {BIN("client/fedmoe-client"), "--connect", ep, "--id", "e1", "--state-dir", dir, NULL};
+    c[0] = procs_spawn_client(c0argv, clog[0]);
+    for (int i = 0; i < 300 && !procs_log_has(clog[0], "validation, "); i++) /* it has its data */
+        usleep(100000);
+    assert_true(procs_log_has(log, "client e0 joined"));
+    usleep(500000); /* (and said it is ready) */
+    kill(c[0], SIGKILL);
+    procs_wait(c[0], 10);
+    for (int i = 0; i < 300 && !procs_log_has(log, "client e0 silent for"); i++)
+        usleep(100000);
+    assert_true(procs_log_has(log, "client e0 silent for"));
+    peer_t p = peer_new("e0", 11);
+    procs_secure_client(p.sock, "e2");
+    zmq_connect(p.sock, ep);
+    int v;
+    assert_int_equal(peer_event(&p, 10, &v), ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
+    assert_int_equal(peer_hello(p.sock, "e0", 10.0), FEDMOE__ENVELOPE__BODY_ERROR);
+    assert_true(procs_log_has(log, "hello names client 'e0' but the socket identity is 'e2'"));
+    peer_free(&p);
+    c[0] = procs_spawn_client(c0argv, clog[2]);
+    c[1] = procs_spawn_client(c1argv, clog[1]);
+    assert_int_equal(procs_wait(server, 300), 0);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(procs_wait(c[i], 30), 0);
+    fm_round_row_t *r;
+    fm_client_round_row_t *cr;
+    int nr, nc;
+    procs_finished_run(db, &r, &nr, &cr, &nc);
+    assert_int_equal(nr, 2);
+    assert_int_equal(nc, 4);
+    for (int i = 0; i < nc; i++) {
+        assert_true(!strcmp(cr[i].client_id, "e0") || !strcmp(cr[i].client_id, "e1"));
         assert_string_equal(cr[i].status, "completed");
     }
     free(r);
@@ -341,7 +308,7 @@ static void test_client_refuses_rogue_coordinator(void **state)
     /* the real coordinator, with c0's key not in the list: c0 stops, saying why */
     char db[512], log[512], ep2[64];
     procs_files("rogue", db, log);
-    endpoint_of(ep2);
+    peer_endpoint(ep2);
     char *sargv[] = {BIN("server/fedmoe-server"), "--bind", ep2, "--db", db, "--rounds", "1", NULL};
     char pub[600];
     snprintf(pub, sizeof pub, "%s/c0.pub", allow);
@@ -355,187 +322,6 @@ static void test_client_refuses_rogue_coordinator(void **state)
     assert_int_equal(rc, 2);
     assert_non_null(strstr(out, "refused this client's key"));
     free(out);
-    kill(server, SIGTERM);
-    assert_int_equal(procs_wait(server, 30), 0);
-}
-
-/* ---- a plain coordinator under the handover attack ------------------------------ */
-
-/* A ZMTP 3.0 peer written by hand on a raw TCP socket: NULL greeting, READY as a
- * DEALER with routing id `id`, one message frame. Returns the fd (or -1). */
-static int zmtp_null_peer(int port, const char *id)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
-    uint8_t greet[64] = {0xff, 0, 0, 0, 0, 0, 0, 0, 1, 0x7f, 3, 0, 'N', 'U', 'L', 'L'};
-    uint8_t cmd[128], *p = cmd + 2;
-    size_t idn = strlen(id);
-    *p++ = 5;
-    memcpy(p, "READY", 5), p += 5;
-    *p++ = 11;
-    memcpy(p, "Socket-Type", 11), p += 11;
-    *p++ = 0, *p++ = 0, *p++ = 0, *p++ = 6;
-    memcpy(p, "DEALER", 6), p += 6;
-    *p++ = 8;
-    memcpy(p, "Identity", 8), p += 8;
-    *p++ = 0, *p++ = 0, *p++ = 0, *p++ = (uint8_t)idn;
-    memcpy(p, id, idn), p += idn;
-    cmd[0] = 0x04;
-    cmd[1] = (uint8_t)(p - cmd - 2);
-    uint8_t msg[] = {0x00, 3, 'a', 'b', 'c'};
-    uint8_t peer_greet[64];
-    bool ok = write(fd, greet, sizeof greet) == (ssize_t)sizeof greet &&
-              recv(fd, peer_greet, sizeof peer_greet, MSG_WAITALL) == (ssize_t)sizeof peer_greet &&
-              write(fd, cmd, (size_t)(p - cmd)) == p - cmd && write(fd, msg, sizeof msg) == (ssize_t)sizeof msg;
-    if (!ok) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
-/* Closes fd with a TCP reset. */
-static void reset_close(int fd)
-{
-    struct linger l = {1, 0};
-    setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
-    close(fd);
-}
-
-static void test_same_id_connections_with_resets(void **state)
-{
-    (void)state;
-    char db[512], log[512], ep[64];
-    procs_files("handover", db, log);
-    int port = procs_free_port();
-    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
-    char *sargv[] = {BIN("server/fedmoe-server"), "--insecure", "--bind", ep, "--db", db, "--rounds", "1", NULL};
-    pid_t server = procs_spawn(sargv, log);
-    usleep(500000);
-    int made = 0;
-    for (int round = 0; round < 30; round++) {
-        int a = zmtp_null_peer(port, "twin"), b = zmtp_null_peer(port, "twin");
-        made += (a >= 0) + (b >= 0);
-        usleep(20000);
-        if (a >= 0)
-            reset_close(a);
-        usleep(5000);
-        if (b >= 0)
-            reset_close(b);
-    }
-    assert_true(made >= 50); /* the attack reached it */
-    usleep(500000);
-    assert_int_equal(kill(server, 0), 0); /* alive */
-    /* and it serves: a client (plain, like the coordinator) is welcomed */
-    peer_t p = peer_new("after", 7);
-    zmq_connect(p.sock, ep);
-    assert_int_equal(hello_answer(p.sock, "after", 10.0), FEDMOE__ENVELOPE__BODY_WELCOME);
-    peer_free(&p);
-    assert_true(procs_log_has(log, "INSECURE"));
-    kill(server, SIGTERM);
-    assert_int_equal(procs_wait(server, 30), 0);
-}
-
-/* Each connection holds a file descriptor: the coordinator raises its soft limit
- * to the hard one, and says so when even that is too low for the run. */
-static void test_fd_limit_raised_and_checked(void **state)
-{
-    (void)state;
-    const char *cases[][2] = {{"ulimit -Sn 100", "no warning"}, {"ulimit -n 100", "only 100 file descriptors"}};
-    for (int i = 0; i < 2; i++) {
-        char db[512], log[512], cmd[2048], *out;
-        char tag[16];
-        snprintf(tag, sizeof tag, "fd%d", i);
-        procs_files(tag, db, log);
-        snprintf(cmd, sizeof cmd,
-                 "sh -c '%s; exec timeout -s TERM 2 %s --insecure --bind tcp://127.0.0.1:* --db %s --partitions 200' "
-                 "2>&1",
-                 cases[i][0], BIN("server/fedmoe-server"), db);
-        procs_capture(cmd, &out);
-        if (i == 0)
-            assert_null(strstr(out, "file descriptors"));
-        else
-            assert_non_null(strstr(out, cases[i][1]));
-        assert_non_null(strstr(out, "listening on")); /* it starts either way */
-        free(out);
-    }
-}
-
-/* The coordinator's open file descriptors. */
-static int fd_count(pid_t pid)
-{
-    char cmd[128], *out;
-    snprintf(cmd, sizeof cmd, "ls /proc/%d/fd | wc -l", (int)pid);
-    procs_capture(cmd, &out);
-    int n = atoi(out);
-    free(out);
-    return n;
-}
-
-/* A connection flood: 1,000 TCP connections that never say a word, against a
- * coordinator with --max-connections 100. Those past the cap are shut at once;
- * the rest hold a descriptor only until their handshake times out
- * (FM_WIRE_HANDSHAKE_MS); an allowed client is welcomed (once room frees). */
-static void test_connection_flood(void **state)
-{
-    (void)state;
-    char db[512], log[512], ep[64];
-    procs_files("flood", db, log);
-    endpoint_of(ep);
-    procs_client_keys("c", 1);
-    char *sargv[] = {BIN("server/fedmoe-server"), "--bind", ep, "--db", db, "--partitions", "2",
-                     "--max-connections", "100", NULL};
-    pid_t server = procs_spawn_server(sargv, log);
-    int port = atoi(strrchr(ep, ':') + 1), base = 0;
-    for (int i = 0; i < 100 && !procs_log_has(log, "listening on"); i++)
-        usleep(50000);
-    base = fd_count(server);
-    enum { N = 1000 };
-    static int fds[N];
-    int open_n = 0;
-    for (int i = 0; i < N; i++) {
-        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        open_n += fds[i] >= 0 && connect(fds[i], (struct sockaddr *)&a, sizeof a) == 0;
-    }
-    assert_int_equal(open_n, N);
-    int during = base; /* the most held at once (libzmq accepts them at its pace) */
-    for (int i = 0; i < 20; i++) {
-        usleep(100000);
-        int now = fd_count(server);
-        during = now > during ? now : during;
-    }
-    peer_t p = peer_new("c0", 40);
-    procs_secure_client(p.sock, "c0");
-    zmq_connect(p.sock, ep);
-    assert_int_equal(hello_answer(p.sock, "c0", 15.0), FEDMOE__ENVELOPE__BODY_WELCOME);
-    peer_free(&p);
-    int after = during;
-    for (int i = 0; i < 80 && after > base + 50; i++) {
-        usleep(250000);
-        after = fd_count(server);
-    }
-    fprintf(stderr, "  coordinator descriptors: %d before, at most %d with 1,000 silent connections, %d after the "
-                    "handshake timeout\n",
-            base, during, after);
-    assert_true(during >= base + 50 && during <= base + 100 + 20); /* they held descriptors, up to the cap */
-    assert_true(after <= base + 50); /* and were closed, while the peers kept them open */
-    assert_true(procs_log_has(log, "refused: 100 connections open"));
-    /* the count came back down with them: a new connection is let in at once */
-    p = peer_new("c0", 41);
-    procs_secure_client(p.sock, "c0");
-    zmq_connect(p.sock, ep);
-    assert_int_equal(hello_answer(p.sock, "c0", 3.0), FEDMOE__ENVELOPE__BODY_WELCOME);
-    peer_free(&p);
-    for (int i = 0; i < N; i++)
-        close(fds[i]);
     kill(server, SIGTERM);
     assert_int_equal(procs_wait(server, 30), 0);
 }
@@ -558,11 +344,9 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attacks_refused_honest_run_finishes),
+        cmocka_unit_test(test_dropped_client_cannot_be_taken),
         cmocka_unit_test(test_client_refuses_rogue_coordinator),
-        cmocka_unit_test(test_same_id_connections_with_resets),
         cmocka_unit_test(test_log_lines_cannot_be_forged),
-        cmocka_unit_test(test_fd_limit_raised_and_checked),
-        cmocka_unit_test(test_connection_flood),
     };
     return procs_run_tests("security", tests, sizeof tests / sizeof tests[0], dir, sizeof dir);
 }

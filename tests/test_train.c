@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "fedmoe/dataset.h"
+#include "fedmoe/log.h"
 #include "fedmoe/model.h"
 #include "fedmoe/rng.h"
 #include "fedmoe/runspec.h"
@@ -326,6 +327,56 @@ static void test_anchor_pulls_specialists(void **state)
     fm_model_destroy(&m);
 }
 
+/* A batch size from the network cannot make a client allocate without bound:
+ * the workspace is measured from the model before it is allocated, and a
+ * trainer whose batch would need more than FM_MODEL_MAX_WORKSPACE_BYTES is
+ * refused, naming the size. Measuring leaves a laid-out workspace as it was. */
+static void test_workspace_measured_and_bounded(void **state)
+{
+    (void)state;
+    fm_model_config_t c;
+    config(&c, false);
+    fm_model_t *m = NULL;
+    assert_int_equal(fm_model_new(&m, &c, 3, 4), FM_OK);
+    fm_dataset_t ds;
+    blobs(&ds, 32, 5);
+    fm_batch_t b = {.ds = &ds, .n = 32};
+    fm_params_t *ps = fm_model_params(m);
+    size_t n = ps->groups[FM_GROUP_SHARED].size;
+    float *g0 = malloc(sizeof(float) * n);
+    fm_params_zero_grad(ps);
+    float l0 = fm_model_forward(m, &b, true, NULL, NULL);
+    fm_model_backward(m, FM_LEVEL_LOWER | FM_LEVEL_UPPER);
+    memcpy(g0, ps->groups[FM_GROUP_SHARED].g, sizeof(float) * n);
+    double w1 = fm_model_workspace_bytes(m, 32), w2 = fm_model_workspace_bytes(m, 64);
+    assert_true(w1 > 0 && w2 > w1 && w2 <= 2 * w1);
+    assert_true(fm_model_workspace_bytes(m, 4096) > 100 * w1);
+    fm_params_zero_grad(ps);
+    assert_true(fm_model_forward(m, &b, true, NULL, NULL) == l0); /* the same buffers, the same numbers */
+    fm_model_backward(m, FM_LEVEL_LOWER | FM_LEVEL_UPPER);
+    assert_memory_equal(g0, ps->groups[FM_GROUP_SHARED].g, sizeof(float) * n);
+    free(g0);
+    fm_dataset_free(&ds);
+    fm_model_destroy(&m);
+
+    /* a model within the parameter limit, with a batch its workspace cannot take */
+    fm_model_config_default(&c);
+    c.ffn_hidden = 2048;
+    assert_int_equal(fm_model_new(&m, &c, 3, 4), FM_OK);
+    fm_train_config_t tc;
+    fm_train_config_default(&tc);
+    tc.batch = 65536;
+    assert_true(fm_model_workspace_bytes(m, tc.batch) > FM_MODEL_MAX_WORKSPACE_BYTES);
+    fm_trainer_t *t = NULL;
+    assert_int_equal(fm_trainer_new(&t, m, &tc, 1, 1), FM_ERR_ARG);
+    assert_null(t);
+    assert_non_null(strstr(fm_error_last(), "MiB of workspace"));
+    tc.batch = 64;
+    assert_int_equal(fm_trainer_new(&t, m, &tc, 1, 1), FM_OK);
+    fm_trainer_destroy(&t);
+    fm_model_destroy(&m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -335,6 +386,7 @@ int main(void)
         cmocka_unit_test(test_lr_schedules),
         cmocka_unit_test(test_training_learns),
         cmocka_unit_test(test_anchor_pulls_specialists),
+        cmocka_unit_test(test_workspace_measured_and_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

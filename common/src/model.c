@@ -157,6 +157,8 @@ uint64_t fm_model_branch_signature(const fm_model_t *m) { return m->family->sign
 void fm_model_anchor_specialists(fm_model_t *m, float rate) { m->family->anchor(m, rate); }
 
 float *fm_model_prompt(fm_model_t *m) { return m->family->head ? m->family->head->prompt(m) : NULL; }
+double fm_model_workspace_bytes(const fm_model_t *m, int B) { return m->family->workspace(m, B); }
+
 size_t fm_model_prompt_size(const fm_model_t *m) { return m->family->head ? m->family->head->prompt_size(m) : 0; }
 
 const float *fm_model_text_features(fm_model_t *m)

@@ -54,6 +54,9 @@ struct fm_model_family {
     /* FM_OK when ds has the shape this model reads, else FM_ERR_ARG and a
      * reason naming `who`. */
     fm_status (*accepts)(const fm_model_t *m, const fm_dataset_t *ds, const char *who);
+    /* Bytes of the activation and gradient workspace for a batch of B
+     * (measured, nothing allocated). */
+    double (*workspace)(const fm_model_t *m, int B);
     float (*forward)(fm_model_t *m, const fm_batch_t *b, bool with_lb, float *logits, fm_batch_stats_t *stats);
     void (*backward)(fm_model_t *m, int levels);
     uint64_t (*signature)(const fm_model_t *m);

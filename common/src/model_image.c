@@ -109,6 +109,18 @@ static void *alloc_zeroed(size_t bytes)
     return p;
 }
 
+static double image_workspace(const fm_model_t *mm, int B)
+{
+    fm_image_t *m = (fm_image_t *)mm;
+    fm_layout_t act = {NULL, 0}, grad = {NULL, 0};
+    layout_workspace(m, B, &act, &grad); /* (measuring sets the buffer pointers: laid out again below) */
+    double bytes = (double)act.off + (double)grad.off;
+    fm_layout_t a = {m->act_arena, 0}, g = {m->grad_arena, 0};
+    if (m->ws_B > 0)
+        layout_workspace(m, m->ws_B, &a, &g);
+    return bytes;
+}
+
 static fm_status ensure_workspace(fm_image_t *m, int B)
 {
     if (B <= m->ws_B)
@@ -284,6 +296,7 @@ const fm_model_family_t fm_family_image = {
     .create = image_create,
     .destroy = image_destroy,
     .accepts = image_accepts,
+    .workspace = image_workspace,
     .forward = image_forward,
     .backward = image_backward,
     .signature = image_signature,

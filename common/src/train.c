@@ -46,6 +46,12 @@ fm_status fm_trainer_new(fm_trainer_t **out, fm_model_t *m, const fm_train_confi
         fm_error_set("train: batch must be 1..65536, expert_steps >= 1, router_steps >= 0");
         return FM_ERR_ARG;
     }
+    double ws = fm_model_workspace_bytes(m, cfg->batch > EVAL_BATCH ? cfg->batch : EVAL_BATCH);
+    if (ws > FM_MODEL_MAX_WORKSPACE_BYTES) {
+        fm_error_set("train: batch %d needs %.0f MiB of workspace with this model, more than the %.0f MiB allowed",
+                     cfg->batch, ws / 1048576.0, FM_MODEL_MAX_WORKSPACE_BYTES / 1048576.0);
+        return FM_ERR_ARG;
+    }
     fm_trainer_t *t = calloc(1, sizeof *t);
     if (!t)
         return FM_ERR_NOMEM;

@@ -72,6 +72,13 @@ const char *fm_stem_name(fm_stem_kind k);
  * configuration from the network cannot make a client allocate without bound. */
 #define FM_MODEL_MAX_PARAMETERS (64 * 1024 * 1024)
 
+/* The most bytes a model's activation and gradient workspace may take for one
+ * batch (the training batch or the evaluation batch, whichever is larger):
+ * 1 GiB. Checked when a trainer is made, before the workspace is allocated, so
+ * a batch size from the network cannot make a client allocate without bound
+ * (the default model at batch 64 takes a few MiB). */
+#define FM_MODEL_MAX_WORKSPACE_BYTES (1024.0 * 1024 * 1024)
+
 /* How many parameters a model of c would have, counted from its sizes alone
  * (nothing is allocated; 0 for an unknown family). */
 double fm_model_config_parameters(const fm_model_config_t *c);
@@ -107,6 +114,9 @@ size_t fm_model_prompt_size(const fm_model_t *m);
 /* FM_OK when ds has the shape this model reads (features, classes); otherwise
  * FM_ERR_ARG with a reason beginning with who (fm_error_last). */
 fm_status fm_model_accepts(const fm_model_t *m, const fm_dataset_t *ds, const char *who);
+/* Bytes of m's activation and gradient workspace for a batch of B, measured
+ * without allocating (compare FM_MODEL_MAX_WORKSPACE_BYTES). */
+double fm_model_workspace_bytes(const fm_model_t *m, int B);
 /* Pulls every specialist expert toward the mean of its block's generalists:
  * w_s -= rate * (w_s - mean_g w_g) for each weight and bias (the generalists do
  * not move). No effect without generalists or specialists, or with rate 0. */
