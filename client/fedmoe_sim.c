@@ -20,6 +20,7 @@
 #include "fedmoe/keys.h"
 #include "fedmoe/log.h"
 #include "fedmoe/options.h"
+#include "fedmoe/report.h"
 #include "fedmoe/runspec.h"
 #include "fedmoe/signals.h"
 #include "fedmoe/spawn.h"
@@ -81,12 +82,10 @@ typedef struct {
     fm_run_spec_t spec;
     char server[PATH_MAX], client[PATH_MAX], wd[PATH_MAX], endpoint[64];
     pid_t spid, *cpids;
-    fm_store_t *store;
-    char before[64], run_id[64]; /* the latest run before the job, the job's run */
+    fm_report_t rep; /* the job's run, as the round log shows it */
     char keys[PATH_MAX + 16]; /* WORKDIR/keys, "" when insecure */
-    int shown, server_status;
+    int server_status;
     bool client_failed;
-    double t0;
 } sim_t;
 
 /* The program, its work folder and its port. Returns 0, or the exit status. */
@@ -115,17 +114,7 @@ static int setup(sim_t *s)
         return 1;
     }
     snprintf(s->endpoint, sizeof s->endpoint, "tcp://127.0.0.1:%d", s->o.port);
-    /* the previous latest run, to recognise the new one */
-    fm_store_t *store = NULL;
-    if (access(s->o.db, F_OK) == 0 && fm_store_open(&store, s->o.db, true) == FM_OK) {
-        fm_run_row_t r;
-        bool found;
-        if (fm_store_latest_run(store, &r, &found) == FM_OK && found) {
-            snprintf(s->before, sizeof s->before, "%s", r.id);
-            fm_store_run_clear(&r);
-        }
-        fm_store_close(&store);
-    }
+    fm_report_begin(&s->rep, s->o.db, NULL); /* (the latest run now is not the job's) */
     return 0;
 }
 
@@ -189,7 +178,7 @@ static int start(sim_t *s)
     }
     sargv[sn + k] = NULL;
     snprintf(log, sizeof log, "%s/server.log", s->wd);
-    s->t0 = fm_clock_seconds();
+    s->rep.t0 = fm_clock_seconds();
     if ((s->spid = fm_spawn_logged(sargv, log, false)) < 0) {
         fprintf(stderr, "fedmoe-sim: %s\n", fm_error_last());
         return 1;
@@ -213,14 +202,6 @@ static int start(sim_t *s)
     return 0;
 }
 
-static void print_rounds(sim_t *s, const fm_round_row_t *rr, int n)
-{
-    for (; s->shown < n; s->shown++)
-        printf("%5d %4d/%-4d %10.4f %9.4f %8.2f%% %8.2f\n", rr[s->shown].round, rr[s->shown].completed,
-               rr[s->shown].selected, rr[s->shown].train_loss, rr[s->shown].test_loss,
-               100.0 * rr[s->shown].test_accuracy, rr[s->shown].seconds);
-}
-
 /* A client that fails (no data, rejected, crashed) stops the job with its reason. */
 static void check_clients(sim_t *s, bool server_done)
 {
@@ -238,40 +219,6 @@ static void check_clients(sim_t *s, bool server_done)
                 kill(s->spid, SIGTERM);
             }
         }
-    }
-}
-
-/* Shows the job's rounds as the coordinator commits them. */
-static void show_progress(sim_t *s)
-{
-    if (!s->store && access(s->o.db, F_OK) == 0 && fm_store_open(&s->store, s->o.db, true) != FM_OK)
-        s->store = NULL;
-    if (!s->store)
-        return;
-    if (!s->run_id[0]) {
-        fm_run_row_t r;
-        bool found;
-        if (fm_store_latest_run(s->store, &r, &found) == FM_OK && found) {
-            if (strcmp(r.id, s->before) != 0)
-                snprintf(s->run_id, sizeof s->run_id, "%s", r.id);
-            fm_store_run_clear(&r);
-        }
-        if (s->run_id[0]) {
-            printf("run %s\n%s%5s %9s %10s %9s %9s %8s\n", s->run_id,
-                   s->spec.holdout ? "holdout run: test_loss and test_acc are on held-out train/validation data\n"
-                                   : "",
-                   "round", "clients", "train_loss", "test_loss", "test_acc", "seconds");
-            fflush(stdout);
-        }
-    }
-    if (!s->run_id[0])
-        return;
-    fm_round_row_t *rr;
-    int n;
-    if (fm_store_list_rounds(s->store, s->run_id, &rr, &n) == FM_OK) {
-        print_rounds(s, rr, n);
-        fflush(stdout);
-        free(rr);
     }
 }
 
@@ -294,7 +241,7 @@ static void watch(sim_t *s)
             server_done = true;
             s->server_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
         }
-        show_progress(s);
+        fm_report_progress(&s->rep);
     }
 }
 
@@ -324,83 +271,14 @@ static void reap_clients(sim_t *s)
         }
 }
 
-static void partition_desc(const fm_run_spec_t *spec, char *buf, size_t cap)
-{
-    if (spec->part.kind == FM_PARTITION_PATHOLOGICAL)
-        snprintf(buf, cap, "pathological %d", spec->part.classes_per_client);
-    else if (spec->part.kind == FM_PARTITION_IID)
-        snprintf(buf, cap, "IID");
-    else
-        snprintf(buf, cap, "Dirichlet %g", spec->part.alpha);
-}
-
-static void print_clients(sim_t *s, int round)
-{
-    fm_client_round_row_t *cr;
-    int nc;
-    if (fm_store_list_client_rounds(s->store, s->run_id, round, &cr, &nc) != FM_OK)
-        return;
-    printf("\n  %-12s %-9s %8s %7s %9s %9s\n", "client", "status", "samples", "tested", "test_acc", "gen_share");
-    for (int i = 0; i < nc; i++)
-        printf("  %-12s %-9s %8lld %7lld %8.2f%% %9.3f\n", cr[i].client_id, cr[i].status,
-               (long long)cr[i].train_samples, (long long)cr[i].test_samples, 100.0 * cr[i].test_accuracy,
-               cr[i].generalist_share);
-    free(cr);
-}
-
-static void print_summary(sim_t *s, const fm_round_row_t *rr, int n, const fm_run_row_t *run, bool found)
-{
-    bool holdout = s->spec.holdout; /* accuracies are then on the held-out part, not on test */
-    int best = 0;
-    double secs = 0;
-    long long up = 0, down = 0;
-    for (int i = 0; i < n; i++) {
-        if (rr[i].test_accuracy > rr[best].test_accuracy)
-            best = i;
-        secs += rr[i].seconds;
-        up += rr[i].bytes_up;
-        down += rr[i].bytes_down;
-    }
-    char part[64];
-    partition_desc(&s->spec, part, sizeof part);
-    printf("\nsummary: run %s, strategy %s, %s, %d clients, seed %llu\n", s->run_id, found ? run->strategy : "?",
-           part, s->o.clients, (unsigned long long)s->spec.seed);
-    printf("  %-26s %d of %d%s\n", "rounds", n, s->o.rounds,
-           found && strcmp(run->status, "finished") ? " (stopped)" : "");
-    printf("  %-26s %.2f%%%s\n", holdout ? "final holdout accuracy" : "final test accuracy",
-           100.0 * rr[n - 1].test_accuracy, holdout ? " (test splits unused)" : "");
-    printf("  best %-21s %.2f%% (round %d)\n", holdout ? "holdout accuracy" : "test accuracy",
-           100.0 * rr[best].test_accuracy, rr[best].round);
-    printf("  %-26s %.4f\n", "final mean train loss", rr[n - 1].train_loss);
-    printf("  %-26s %.2f s\n", "mean round time", secs / n);
-    printf("  %-26s %.1f s\n", "wall time", fm_clock_seconds() - s->t0);
-    printf("  %-26s %.1f MB up, %.1f MB down\n", "traffic", up / 1e6, down / 1e6);
-    print_clients(s, rr[n - 1].round);
-    printf("\ndatabase: %s   (fedmoe-history --db %s rounds %s)\nlogs: %s\n", s->o.db, s->o.db, s->run_id, s->wd);
-}
-
-/* The last rounds and the summary table; returns the exit status. */
+/* The last rounds, the summary table and where to look further; returns the
+ * exit status. */
 static int summary(sim_t *s)
 {
-    if (!s->store || !s->run_id[0]) {
-        fprintf(stderr, "fedmoe-sim: the coordinator logged no run in %s\n", s->o.db);
-        return 1;
-    }
-    int rc = 0, n = 0;
-    fm_round_row_t *rr;
-    fm_run_row_t run;
-    bool found = false;
-    fm_store_get_run(s->store, s->run_id, &run, &found);
-    if (fm_store_list_rounds(s->store, s->run_id, &rr, &n) == FM_OK && n > 0) {
-        print_rounds(s, rr, n);
-        print_summary(s, rr, n, &run, found);
-    } else {
-        fprintf(stderr, "fedmoe-sim: run %s has no rounds\n", s->run_id);
-        rc = 1;
-    }
-    free(n > 0 ? rr : NULL);
-    if (found)
-        fm_store_run_clear(&run);
+    int rc = fm_report_summary(&s->rep);
+    if (rc == 0)
+        printf("\ndatabase: %s   (fedmoe-history --db %s rounds %s)\nlogs: %s\n", s->o.db, s->o.db, s->rep.run_id,
+               s->wd);
     return rc;
 }
 
@@ -437,7 +315,7 @@ int main(int argc, char **argv)
     reap_clients(&s);
     free(s.cpids);
     if (s.client_failed) {
-        fm_store_close(&s.store);
+        fm_report_end(&s.rep);
         return 1;
     }
     if (s.server_status != 0) {
@@ -446,10 +324,10 @@ int main(int argc, char **argv)
                 s.server_status, s.wd);
         snprintf(log, sizeof log, "%s/server.log", s.wd);
         tail_file(log, 8);
-        fm_store_close(&s.store);
+        fm_report_end(&s.rep);
         return 1;
     }
     rc = summary(&s);
-    fm_store_close(&s.store);
+    fm_report_end(&s.rep);
     return rc;
 }

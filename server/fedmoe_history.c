@@ -2,11 +2,14 @@
  * runs, a run's rounds, a round's clients, CSV / JSON export, SVG plots. */
 #include <getopt.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fedmoe/log.h"
+#include "fedmoe/report.h"
 #include "fedmoe/store.h"
 
 static void usage(FILE *f)
@@ -25,9 +28,50 @@ static void usage(FILE *f)
             "                                rounds (default) or client rows of a run, to stdout\n"
             "  plot --out FILE.svg [RUN...]  test accuracy and losses over rounds, one line per run\n"
             "                                (default: the latest run)\n"
+            "  follow [RUN]                  a run's rounds as they are committed, then its summary,\n"
+            "                                as fedmoe-sim prints them (default: the run in progress,\n"
+            "                                or the next one to start); exit 0 when it finished\n"
             "options:\n"
             "  --db PATH                     the database (default fedmoe.db)\n"
             "  -h, --help                    this text\n");
+}
+
+static volatile sig_atomic_t interrupted;
+static void on_signal(int sig) { interrupted = sig; }
+
+/* Prints the run's rounds as they come and its summary at its end; waits for
+ * the database and the run to appear. */
+static int cmd_follow(const char *db, const char *run)
+{
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    fm_report_t r;
+    fm_report_begin(&r, db, run);
+    char status[16] = "";
+    if (!run) { /* a run in progress is the one to follow */
+        fm_store_t *st = NULL;
+        fm_run_row_t latest;
+        bool found = false;
+        if (access(db, F_OK) == 0 && fm_store_open(&st, db, true) == FM_OK &&
+            fm_store_latest_run(st, &latest, &found) == FM_OK && found) {
+            if (!strcmp(latest.status, "running"))
+                fm_report_begin(&r, db, latest.id);
+            fm_store_run_clear(&latest);
+        }
+        fm_store_close(&st);
+    }
+    while (!interrupted) {
+        fm_report_progress(&r);
+        fm_report_status(&r, status);
+        if (status[0] && strcmp(status, "running"))
+            break;
+        usleep(500000);
+    }
+    int rc = interrupted ? 128 + interrupted : fm_report_summary(&r);
+    if (rc == 0 && strcmp(status, "finished"))
+        rc = 1; /* stopped before its last round */
+    fm_report_end(&r);
+    return rc;
 }
 
 static int fail(void)
@@ -372,7 +416,7 @@ int main(int argc, char **argv)
     if (rc >= 0)
         return rc;
     if (optind >= argc) {
-        fprintf(stderr, "fedmoe-history: a command is needed: runs, rounds, clients, export or plot (see --help)\n");
+        fprintf(stderr, "fedmoe-history: a command is needed: runs, rounds, clients, export, plot or follow (see --help)\n");
         return 2;
     }
     const char *cmd = argv[optind++];
@@ -382,9 +426,9 @@ int main(int argc, char **argv)
     char **rest = argv + optind;
     int nrest = argc - optind;
     bool known = !strcmp(cmd, "runs") || !strcmp(cmd, "rounds") || !strcmp(cmd, "clients") || !strcmp(cmd, "export") ||
-                 !strcmp(cmd, "plot");
+                 !strcmp(cmd, "plot") || !strcmp(cmd, "follow");
     if (!known) {
-        fprintf(stderr, "fedmoe-history: unknown command '%s' (runs, rounds, clients, export, plot)\n", cmd);
+        fprintf(stderr, "fedmoe-history: unknown command '%s' (runs, rounds, clients, export, plot, follow)\n", cmd);
         return 2;
     }
     if (strcmp(format, "csv") && strcmp(format, "json")) {
@@ -395,7 +439,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "fedmoe-history: --table must be rounds or clients\n");
         return 2;
     }
-    if ((!strcmp(cmd, "runs") && nrest > 0) || ((!strcmp(cmd, "rounds") || !strcmp(cmd, "export")) && nrest > 1) ||
+    if ((!strcmp(cmd, "runs") && nrest > 0) ||
+        ((!strcmp(cmd, "rounds") || !strcmp(cmd, "export") || !strcmp(cmd, "follow")) && nrest > 1) ||
         (!strcmp(cmd, "clients") && (nrest < 1 || nrest > 2))) {
         fprintf(stderr, "fedmoe-history: wrong arguments for '%s' (see --help)\n", cmd);
         return 2;
@@ -414,6 +459,8 @@ int main(int argc, char **argv)
         }
         round = (int)v;
     }
+    if (!strcmp(cmd, "follow"))
+        return cmd_follow(db, nrest ? rest[0] : NULL);
     fm_store_t *st = NULL;
     if (fm_store_open(&st, db, true) != FM_OK)
         return fail();

@@ -1,0 +1,39 @@
+/* report.h - a run's progress and summary as the round log shows them: the
+ * lines fedmoe-sim prints while its job runs and at its end, and the same
+ * lines `fedmoe-history follow` prints for a run elsewhere (a container, another
+ * machine). Written once, read from the database only. */
+#ifndef FEDMOE_REPORT_H
+#define FEDMOE_REPORT_H
+
+#include <stdbool.h>
+
+#include "fedmoe/store.h"
+
+typedef struct {
+    char db[4096];
+    fm_store_t *store;  /* opened read-only once the database exists */
+    char before[64];    /* the latest run when the report began: not the one to follow */
+    char run_id[64];    /* the run followed ("" until it appears) */
+    bool headed;        /* the run's header is printed */
+    int shown;          /* rounds printed */
+    double t0;          /* when the report began (the wall time of the summary) */
+} fm_report_t;
+
+/* Starts a report on database db: follows `run` when given, else the first run
+ * that is newer than the latest one now (the job's run). */
+void fm_report_begin(fm_report_t *r, const char *db, const char *run);
+/* Prints the run's header once it appears, then every round committed since
+ * the last call (stdout, flushed). */
+void fm_report_progress(fm_report_t *r);
+/* The run's status ("running", "finished", "stopped"), or "" while it has not
+ * appeared. */
+void fm_report_status(fm_report_t *r, char status[16]);
+/* Prints the rounds not yet shown and the summary table (strategy, partition,
+ * rounds, accuracies, losses, times, traffic, the last round's clients).
+ * Returns 0, or 1 (with a line on stderr) when the run or its rounds are
+ * missing. */
+int fm_report_summary(fm_report_t *r);
+/* Closes the database. */
+void fm_report_end(fm_report_t *r);
+
+#endif
