@@ -10,7 +10,8 @@ pkgs=(build-essential cmake pkg-config
       libzmq3-dev libprotobuf-c-dev protobuf-c-compiler
       libssl-dev libsqlite3-dev libopenblas-dev libcmocka-dev zlib1g-dev
       libinih-dev dataset-fashion-mnist
-      python3 python3-zmq python3-protobuf protobuf-compiler)  # the Python client example and its test
+      python3 python3-zmq python3-protobuf protobuf-compiler  # the Python client example and its test
+      docker.io docker-compose debootstrap)                   # docker/ and its test (the engine: docker/engine.sh)
 case "${1:-}" in
   --bench) pkgs+=(python3-torch python3-numpy) ;;
   --ci) pkgs+=(clang libclang-rt-14-dev valgrind python3) ;;

@@ -1,0 +1,111 @@
+#!/bin/sh
+# The image's entrypoint (docker/README.md has the whole story).
+#   fedmoe-entrypoint keys          make the run's keys once, into the key volumes
+#   fedmoe-entrypoint coordinator   fedmoe-server with the stack's keys, database and settings
+#   fedmoe-entrypoint client        fedmoe-client with an id of its own and its key
+#   fedmoe-entrypoint health        exit 0 while the container's program is alive
+#   fedmoe-entrypoint PROGRAM ...   any program, e.g. fedmoe-server --help
+# Settings (environment):
+#   FEDMOE_CLIENTS       client slots: keys made, partitions, clients a round needs (default 4)
+#   FEDMOE_ROUNDS        rounds of the run (default 10)
+#   FEDMOE_STRATEGY      local, fedavg, comigs, pfedmoap or full (default: the program's)
+#   FEDMOE_MIN_CLIENTS   clients a round needs (default FEDMOE_CLIENTS)
+#   FEDMOE_SERVER_ARGS   more fedmoe-server flags, e.g. "--seed 7 --aggregate median"
+#   FEDMOE_CLIENT_ARGS   more fedmoe-client flags
+#   FEDMOE_CONFIG        an INI file of fedmoe-server options, mounted in the container
+#   FEDMOE_COORDINATOR   host:port a client connects to (default coordinator:5555)
+#   FEDMOE_CLIENT_ID     a client's id; default: a free slot c000.. claimed in /slots
+#                        (kept by the container across restarts)
+set -eu
+KEYS_C=/keys/coordinator
+KEYS_K=/keys/clients
+clients=${FEDMOE_CLIENTS:-4}
+
+die() { echo "fedmoe-entrypoint: $*" >&2; exit 2; }
+
+case "$clients" in ''|*[!0-9]*) die "FEDMOE_CLIENTS must be a number, not '$clients'" ;; esac
+
+# The coordinator's pair and one pair per client slot, made once; the
+# coordinator's allow-list gets the clients' public keys and the clients the
+# coordinator's. Nothing secret is in the image: keys live in the volumes.
+make_keys() {
+  [ -w "$KEYS_C" ] && [ -w "$KEYS_K" ] || die "mount the key volumes writable at $KEYS_C and $KEYS_K"
+  mkdir -p "$KEYS_C/clients"
+  [ -f "$KEYS_C/coordinator.key" ] || fedmoe-keygen --out "$KEYS_C" coordinator >/dev/null
+  cp "$KEYS_C/coordinator.pub" "$KEYS_K/coordinator.pub"
+  made=0 i=0
+  while [ "$i" -lt "$clients" ]; do
+    id=$(printf 'c%03d' "$i")
+    if [ ! -f "$KEYS_K/$id.key" ]; then
+      fedmoe-keygen --out "$KEYS_K" "$id" >/dev/null
+      made=$((made + 1))
+    fi
+    cp "$KEYS_K/$id.pub" "$KEYS_C/clients/$id.pub"
+    i=$((i + 1))
+  done
+  echo "fedmoe-entrypoint: keys ready: coordinator and $clients clients ($made new)"
+}
+
+run_coordinator() {
+  [ -f "$KEYS_C/coordinator.key" ] || die "no coordinator key in $KEYS_C (run the keys service first)"
+  set -- --bind "tcp://*:5555" --db /data/fedmoe.db --key "$KEYS_C/coordinator.key" --allow "$KEYS_C/clients" \
+         --partitions "$clients" --min-clients "${FEDMOE_MIN_CLIENTS:-$clients}" --rounds "${FEDMOE_ROUNDS:-10}" "$@"
+  [ -n "${FEDMOE_STRATEGY:-}" ] && set -- "$@" --strategy "$FEDMOE_STRATEGY"
+  [ -n "${FEDMOE_CONFIG:-}" ] && set -- --config "$FEDMOE_CONFIG" "$@"
+  # shellcheck disable=SC2086 # FEDMOE_SERVER_ARGS is a list of flags
+  exec fedmoe-server "$@" ${FEDMOE_SERVER_ARGS:-}
+}
+
+# This container's client id: FEDMOE_CLIENT_ID, or the slot it claimed before
+# (a restart keeps it), or the first free one (mkdir is atomic).
+client_id() {
+  if [ -n "${FEDMOE_CLIENT_ID:-}" ]; then echo "$FEDMOE_CLIENT_ID"; return; fi
+  me=$(hostname)
+  for f in /slots/c*.owner; do
+    [ -f "$f" ] && [ "$(cat "$f")" = "$me" ] && { basename "$f" .owner; return; }
+  done
+  i=0
+  while [ "$i" -lt "$clients" ]; do
+    id=$(printf 'c%03d' "$i")
+    if mkdir "/slots/$id" 2>/dev/null; then
+      echo "$me" > "/slots/$id.owner"
+      echo "$id"
+      return
+    fi
+    i=$((i + 1))
+  done
+  die "no free client slot: FEDMOE_CLIENTS=$clients slots are all taken (more replicas than FEDMOE_CLIENTS?)"
+}
+
+run_client() {
+  id=$(client_id)
+  [ -f "$KEYS_K/$id.key" ] || die "no key for client $id in $KEYS_K (FEDMOE_CLIENTS=$clients; run the keys service)"
+  mkdir -p /var/lib/fedmoe/state
+  set -- --connect "tcp://${FEDMOE_COORDINATOR:-coordinator:5555}" --id "$id" --key "$KEYS_K/$id.key" \
+         --server-key "$KEYS_K/coordinator.pub" --state-dir /var/lib/fedmoe/state "$@"
+  # shellcheck disable=SC2086
+  exec fedmoe-client "$@" ${FEDMOE_CLIENT_ARGS:-}
+}
+
+# Alive while a fedmoe program runs in the container (and, for the
+# coordinator, port 5555 is listening: 15B3 in /proc/net/tcp*).
+health() {
+  for c in /proc/[0-9]*/comm; do
+    case "$(cat "$c" 2>/dev/null)" in
+      fedmoe-server)
+        grep -q ':15B3 [0-9A-F:]* 0A ' /proc/net/tcp /proc/net/tcp6 2>/dev/null && exit 0
+        exit 1 ;;
+      fedmoe-client) exit 0 ;;
+    esac
+  done
+  exit 1
+}
+
+case "${1:-}" in
+  keys) make_keys ;;
+  coordinator) shift; run_coordinator "$@" ;;
+  client) shift; run_client "$@" ;;
+  health) health ;;
+  "") exec fedmoe-server --help ;;
+  *) exec "$@" ;;
+esac

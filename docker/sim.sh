@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The main job in containers: a coordinator and N clients of the fedmoe image,
+# CURVE keys made on first start, one line per committed round and the summary
+# (the same as fedmoe-sim's), the round log left on the stack's data volume.
+#   docker/sim.sh [--clients N] [--rounds R] [--strategy S] [--build] [-- FEDMOE-SERVER FLAGS...]
+# Builds the image when the one for this commit is missing (making the base
+# image from Debian's archive where no registry answers). Ctrl-C stops the
+# stack cleanly; run it again with the same settings and the run resumes.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(dirname "$here")
+clients=4 rounds=10 strategy="" build=0 extra=()
+usage() { sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+while (($#)); do
+  case "$1" in
+    --clients) clients=${2:?--clients needs a number}; shift 2 ;;
+    --rounds) rounds=${2:?--rounds needs a number}; shift 2 ;;
+    --strategy) strategy=${2:?--strategy needs a name}; shift 2 ;;
+    --build) build=1; shift ;;
+    -h|--help) usage; exit 0 ;;
+    --) shift; extra=("$@"); break ;;
+    *) echo "sim.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+[[ $clients =~ ^[1-9][0-9]*$ && $rounds =~ ^[1-9][0-9]*$ ]] || { echo "sim.sh: --clients and --rounds take positive numbers" >&2; exit 2; }
+
+if docker compose version >/dev/null 2>&1; then compose=(docker compose); 
+elif command -v docker-compose >/dev/null; then compose=(docker-compose);
+else echo "sim.sh: no docker compose (scripts/install-deps.sh --docker installs docker-compose)" >&2; exit 1; fi
+project=${FEDMOE_PROJECT:-fedmoe}
+dc() { "${compose[@]}" -p "$project" -f "$here/compose.yml" "$@"; }
+
+"$here/engine.sh"
+commit=$(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)
+[[ $commit == *-dirty ]] && build=1  # (changed sources: docker's layer cache makes an unchanged build quick)
+version=$(sed -n 's/^project(fedmoe VERSION \([0-9.]*\).*/\1/p' "$root/CMakeLists.txt")
+image=fedmoe/fedmoe:$version-$commit
+if ((build)) || ! docker image inspect "$image" >/dev/null 2>&1; then
+  base=${FEDMOE_BASE:-debian:bookworm-slim}
+  if ! docker image inspect "$base" >/dev/null 2>&1 && ! timeout 30 docker pull -q "$base" >/dev/null 2>&1; then
+    echo "sim.sh: no $base here and no registry answers: making the base image from Debian's archive"
+    "$here/base-image.sh" fedmoe/debian:bookworm
+    base=fedmoe/debian:bookworm
+  fi
+  echo "sim.sh: building $image on $base (a few minutes the first time)"
+  docker build -q -f "$here/Dockerfile" --build-arg BASE="$base" --build-arg VERSION="$version" \
+    --build-arg COMMIT="$commit" -t "$image" -t fedmoe/fedmoe:latest "$root" >/dev/null
+fi
+
+export FEDMOE_IMAGE=$image FEDMOE_CLIENTS=$clients FEDMOE_ROUNDS=$rounds FEDMOE_STRATEGY=$strategy
+export FEDMOE_SERVER_ARGS="${extra[*]:-}"
+dc down --remove-orphans >/dev/null 2>&1 || true
+docker volume rm -f "${project}_slots" >/dev/null  # client ids are claimed anew
+dc run --rm keys 2>/dev/null
+stopped=0
+stop() { stopped=1; echo; echo "sim.sh: stopping the stack"; dc stop -t 30 >/dev/null 2>&1 || true; }
+trap stop INT TERM
+dc up -d --scale client="$clients" coordinator client 2>/dev/null
+echo "sim.sh: coordinator and $clients clients in containers ($image), $rounds rounds"
+rc=0
+dc run --rm -T history follow 2>/dev/null || rc=$?
+if ((stopped == 0)); then
+  coord=$(dc ps -q coordinator)
+  [[ -n $coord ]] && timeout 60 docker wait "$coord" >/dev/null 2>&1 || true
+  dc down --remove-orphans >/dev/null 2>&1 || true
+fi
+echo
+echo "database: volume ${project}_data   (${compose[*]} -p $project -f $here/compose.yml run --rm history rounds)"
+((stopped)) && exit 130
+exit "$rc"
