@@ -14,7 +14,7 @@ if $docker image inspect "$tag" >/dev/null 2>&1; then
   echo "base-image: $tag present"
   exit 0
 fi
-command -v debootstrap >/dev/null || { echo "base-image: debootstrap is missing (scripts/install-deps.sh --docker installs it)" >&2; exit 1; }
+command -v debootstrap >/dev/null || { echo "base-image: debootstrap is missing (scripts/install-deps.sh installs it)" >&2; exit 1; }
 [[ $(id -u) -eq 0 ]] || { echo "base-image: debootstrap needs root" >&2; exit 1; }
 
 # The archive this machine's apt uses (deb822 sources first, then the one-line form).

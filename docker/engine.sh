@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Makes sure a Docker engine answers: when none does and this is root with
-# Debian's dockerd installed (scripts/install-deps.sh --docker), starts one in
+# Debian's dockerd installed (scripts/install-deps.sh), starts one in
 # the background (log: /var/log/fedmoe-dockerd.log) and waits for it.
 set -euo pipefail
 docker info >/dev/null 2>&1 && exit 0
 if [[ $(id -u) -ne 0 ]] || ! command -v dockerd >/dev/null; then
-  echo "engine: no Docker engine answers; start one (scripts/install-deps.sh --docker installs Debian's docker.io)" >&2
+  echo "engine: no Docker engine answers; start one (scripts/install-deps.sh installs Debian's docker.io)" >&2
   exit 1
 fi
 echo "engine: starting dockerd"

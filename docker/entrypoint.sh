@@ -14,11 +14,38 @@
 #   FEDMOE_CLIENT_ARGS   more fedmoe-client flags
 #   FEDMOE_CONFIG        an INI file of fedmoe-server options, mounted in the container
 #   FEDMOE_COORDINATOR   host:port a client connects to (default coordinator:5555)
-#   FEDMOE_CLIENT_ID     a client's id; default: a free slot c000.. claimed in /slots
-#                        (kept by the container across restarts)
+#   FEDMOE_CLIENT_ID     a client's id; default: from FEDMOE_CLIENT_SLOT (a swarm task's
+#                        slot, 1..N: c000..) or JOB_COMPLETION_INDEX (a Kubernetes
+#                        Indexed Job's, 0..N-1: c000..), else a free slot c000..
+#                        claimed in /slots (kept by the container across restarts)
+# Keys: in the volumes /keys/coordinator and /keys/clients (made by `keys`), or
+# read-only secrets mounted at /secrets/coordinator (coordinator.key and the
+# clients' .pub files) and /secrets/clients (the client's cNNN.key and
+# coordinator.pub), copied to private files (mode 0600) at start.
 set -eu
 KEYS_C=/keys/coordinator
 KEYS_K=/keys/clients
+if [ -d /secrets/coordinator ] || [ -d /secrets/clients ]; then
+  # secrets are mounted readable by a group; the programs want key files only
+  # their owner reads: private copies
+  private=${HOME:-/var/lib/fedmoe}/keys
+  umask 077
+  mkdir -p "$private/coordinator/clients" "$private/clients"
+  if [ -d /secrets/coordinator ]; then
+    for f in /secrets/coordinator/*; do
+      case "$f" in
+        */coordinator.key|*/coordinator.pub) cp "$f" "$private/coordinator/" ;;
+        *.pub) cp "$f" "$private/coordinator/clients/" ;;
+      esac
+    done
+    KEYS_C=$private/coordinator
+  fi
+  if [ -d /secrets/clients ]; then
+    cp /secrets/clients/* "$private/clients/"
+    KEYS_K=$private/clients
+  fi
+  umask 022
+fi
 clients=${FEDMOE_CLIENTS:-4}
 
 die() { echo "fedmoe-entrypoint: $*" >&2; exit 2; }
@@ -60,6 +87,14 @@ run_coordinator() {
 # (a restart keeps it), or the first free one (mkdir is atomic).
 client_id() {
   if [ -n "${FEDMOE_CLIENT_ID:-}" ]; then echo "$FEDMOE_CLIENT_ID"; return; fi
+  case "${FEDMOE_CLIENT_SLOT:-}" in
+    ''|*[!0-9]*) ;;  # (compose passes the swarm template through unexpanded)
+    *) [ "$FEDMOE_CLIENT_SLOT" -ge 1 ] && { printf 'c%03d\n' $((FEDMOE_CLIENT_SLOT - 1)); return; } ;;
+  esac
+  case "${JOB_COMPLETION_INDEX:-}" in
+    ''|*[!0-9]*) ;;
+    *) printf 'c%03d\n' "$JOB_COMPLETION_INDEX"; return ;;
+  esac
   me=$(hostname)
   for f in /slots/c*.owner; do
     [ -f "$f" ] && [ "$(cat "$f")" = "$me" ] && { basename "$f" .owner; return; }

@@ -26,27 +26,14 @@ done
 
 if docker compose version >/dev/null 2>&1; then compose=(docker compose); 
 elif command -v docker-compose >/dev/null; then compose=(docker-compose);
-else echo "sim.sh: no docker compose (scripts/install-deps.sh --docker installs docker-compose)" >&2; exit 1; fi
+else echo "sim.sh: no docker compose (scripts/install-deps.sh installs docker-compose)" >&2; exit 1; fi
 project=${FEDMOE_PROJECT:-fedmoe}
 dc() { "${compose[@]}" -p "$project" -f "$here/compose.yml" "$@"; }
 
 "$here/engine.sh"
-commit=$(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)
-[[ $commit == *-dirty ]] && build=1  # (changed sources: docker's layer cache makes an unchanged build quick)
-version=$(sed -n 's/^project(fedmoe VERSION \([0-9.]*\).*/\1/p' "$root/CMakeLists.txt")
-image=fedmoe/fedmoe:$version-$commit
-if ((build)) || ! docker image inspect "$image" >/dev/null 2>&1; then
-  base=${FEDMOE_BASE:-debian:bookworm-slim}
-  if ! docker image inspect "$base" >/dev/null 2>&1 && ! timeout 30 docker pull -q "$base" >/dev/null 2>&1; then
-    echo "sim.sh: no $base here and no registry answers: making the base image from Debian's archive"
-    "$here/base-image.sh" fedmoe/debian:bookworm
-    base=fedmoe/debian:bookworm
-  fi
-  echo "sim.sh: building $image on $base (a few minutes the first time)"
-  docker build -q -f "$here/Dockerfile" --build-arg BASE="$base" --build-arg VERSION="$version" \
-    --build-arg COMMIT="$commit" -t "$image" -t fedmoe/fedmoe:latest "$root" >/dev/null
-fi
-
+flags=()
+((build)) && flags=(--build)
+image=$("$here/image.sh" "${flags[@]}")
 export FEDMOE_IMAGE=$image FEDMOE_CLIENTS=$clients FEDMOE_ROUNDS=$rounds FEDMOE_STRATEGY=$strategy
 export FEDMOE_SERVER_ARGS="${extra[*]:-}"
 dc down --remove-orphans >/dev/null 2>&1 || true

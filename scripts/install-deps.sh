@@ -11,7 +11,7 @@ pkgs=(build-essential cmake pkg-config
       libssl-dev libsqlite3-dev libopenblas-dev libcmocka-dev zlib1g-dev
       libinih-dev dataset-fashion-mnist
       python3 python3-zmq python3-protobuf protobuf-compiler  # the Python client example and its test
-      docker.io docker-compose debootstrap)                   # docker/ and its test (the engine: docker/engine.sh)
+      docker.io docker-compose debootstrap python3-yaml)      # docker/ and its tests (the engine: docker/engine.sh)
 case "${1:-}" in
   --bench) pkgs+=(python3-torch python3-numpy) ;;
   --ci) pkgs+=(clang libclang-rt-14-dev valgrind python3) ;;
