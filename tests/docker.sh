@@ -3,8 +3,9 @@
 # image where no registry answers), starts a coordinator and 3 client
 # containers with CURVE keys made on first start; after the first round one
 # client container is killed (restarted by its policy, it keeps its id) and
-# another loses its network for 5 s, and the run finishes with every round
-# exactly once. Also checked: the image runs
+# another loses its network for 5 s; after the second the coordinator container
+# is killed (restarted, it resumes from its database on the volume); the run
+# finishes with every round exactly once. Also checked: the image runs
 # `fedmoe-server --help`, as a non-root user, carries its version and commit,
 # and reports the coordinator healthy; the history tool reads the round log
 # from the volume. Skipped (77) only when no Docker engine can be had (not
@@ -63,6 +64,18 @@ for _ in $(seq 1 30); do
   sleep 1
 done
 [[ $restarts -ge 1 ]] || fail "the killed client container was not restarted"
+# after round 2 the coordinator crashes (SIGKILL): restarted by its policy, it
+# resumes the run from its database on the volume
+for _ in $(seq 1 600); do grep -q '^    2 ' "$work/sim.out" && break; kill -0 $sim 2>/dev/null || break; sleep 1; done
+grep -q '^    2 ' "$work/sim.out" || fail "no round 2"
+kill -9 "$(docker inspect -f '{{.State.Pid}}' "$coord")" || fail "could not kill the coordinator container"
+crestarts=0
+for _ in $(seq 1 30); do
+  crestarts=$(docker inspect -f '{{.RestartCount}}' "$coord" 2>/dev/null || echo 0)
+  [[ $crestarts -ge 1 ]] && break
+  sleep 1
+done
+[[ $crestarts -ge 1 ]] || fail "the killed coordinator container was not restarted"
 wait $sim; rc=$?
 [[ $rc -eq 0 ]] || fail "sim.sh exited with $rc"
 [[ $health == healthy ]] || fail "the coordinator was never reported healthy (last: '$health')"
@@ -82,4 +95,4 @@ help=$(docker run --rm "$image" fedmoe-server --help)
 [[ $help == "usage: fedmoe-server"* ]] || fail "fedmoe-server --help in $image"
 [[ $(docker run --rm "$image" id -u) != 0 ]] || fail "the image runs as root"
 [[ -n $(docker inspect -f '{{index .Config.Labels "org.opencontainers.image.revision"}}' "$image") ]] || fail "no commit label"
-echo "docker: OK: 4 rounds exactly once, client $victim_id killed after round 1 and back (restarts $restarts), coordinator healthy"
+echo "docker: OK: 4 rounds exactly once; client $victim_id killed after round 1 and back (restarts $restarts); coordinator killed after round 2 and resumed; healthy"
