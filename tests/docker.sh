@@ -31,6 +31,16 @@ fail() {
   exit 1
 }
 trap 'dc down -v --remove-orphans >/dev/null 2>&1; rm -rf "$work"' EXIT
+# How often Docker has restarted a container, once it has at least once (30 s at most).
+restarted() {
+  local n=0
+  for _ in $(seq 1 30); do
+    n=$(docker inspect -f '{{.RestartCount}}' "$1" 2>/dev/null || echo 0)
+    [[ $n -ge 1 ]] && break
+    sleep 1
+  done
+  echo "$n"
+}
 
 FEDMOE_PROJECT=$project "$src/docker/sim.sh" --clients 3 --rounds 4 > "$work/sim.out" 2>&1 &
 sim=$!
@@ -57,25 +67,14 @@ for _ in $(seq 1 40); do
   [[ $health == healthy ]] && break
   sleep 1
 done
-restarts=0
-for _ in $(seq 1 30); do
-  restarts=$(docker inspect -f '{{.RestartCount}}' "$victim" 2>/dev/null || echo 0)
-  [[ $restarts -ge 1 ]] && break
-  sleep 1
-done
+restarts=$(restarted "$victim")
 [[ $restarts -ge 1 ]] || fail "the killed client container was not restarted"
 # after round 2 the coordinator crashes (SIGKILL): restarted by its policy, it
 # resumes the run from its database on the volume
 for _ in $(seq 1 600); do grep -q '^    2 ' "$work/sim.out" && break; kill -0 $sim 2>/dev/null || break; sleep 1; done
 grep -q '^    2 ' "$work/sim.out" || fail "no round 2"
 kill -9 "$(docker inspect -f '{{.State.Pid}}' "$coord")" || fail "could not kill the coordinator container"
-crestarts=0
-for _ in $(seq 1 30); do
-  crestarts=$(docker inspect -f '{{.RestartCount}}' "$coord" 2>/dev/null || echo 0)
-  [[ $crestarts -ge 1 ]] && break
-  sleep 1
-done
-[[ $crestarts -ge 1 ]] || fail "the killed coordinator container was not restarted"
+[[ $(restarted "$coord") -ge 1 ]] || fail "the killed coordinator container was not restarted"
 wait $sim; rc=$?
 [[ $rc -eq 0 ]] || fail "sim.sh exited with $rc"
 [[ $health == healthy ]] || fail "the coordinator was never reported healthy (last: '$health')"

@@ -451,3 +451,26 @@ int procs_fd_count(pid_t pid)
     free(out);
     return n;
 }
+
+void procs_assert_run_of(const char *db, pid_t server, const pid_t *clients, const char *const *ids, int n,
+                         int rounds)
+{
+    assert_int_equal(procs_wait(server, 300), 0);
+    for (int i = 0; i < n; i++)
+        assert_int_equal(procs_wait(clients[i], 30), 0);
+    fm_round_row_t *r;
+    fm_client_round_row_t *cr;
+    int nr, nc;
+    procs_finished_run(db, &r, &nr, &cr, &nc);
+    assert_int_equal(nr, rounds);
+    assert_int_equal(nc, rounds * n);
+    for (int i = 0; i < nc; i++) {
+        bool known = false;
+        for (int k = 0; k < n; k++)
+            known |= !strcmp(cr[i].client_id, ids[k]);
+        assert_true(known);
+        assert_string_equal(cr[i].status, "completed");
+    }
+    free(r);
+    free(cr);
+}

@@ -94,6 +94,11 @@ void procs_files(const char *tag, char *db, char *log);
 /* The latest run of db, which must be finished: its rounds and every client
  * row (malloc'd; the caller frees both). */
 void procs_finished_run(const char *db, fm_round_row_t **rounds, int *nr, fm_client_round_row_t **rows, int *nc);
+/* Waits for the coordinator (300 s) and the n clients (30 s each) to exit 0,
+ * then asserts the finished run in db: `rounds` rounds, each with a completed
+ * row of every client, every row one of ids[0..n). */
+void procs_assert_run_of(const char *db, pid_t server, const pid_t *clients, const char *const *ids, int n,
+                         int rounds);
 /* PRAGMA integrity_check of db is "ok". */
 bool procs_integrity_ok(const char *db);
 

@@ -198,22 +198,8 @@ static void test_attacks_refused_honest_run_finishes(void **state)
     attack_non_reading_peer(ep, log, db, server);
     attack_revoked_key(ep, log, server);
     assert_true(procs_committed_rounds(db) < 12); /* the attacks came while the run went on */
-    assert_int_equal(procs_wait(server, 300), 0);
-    for (int i = 0; i < 2; i++)
-        assert_int_equal(procs_wait(c[i], 30), 0);
-    /* the run: 12 rounds, only the honest clients in them */
-    fm_round_row_t *r;
-    fm_client_round_row_t *cr;
-    int nr, nc;
-    procs_finished_run(db, &r, &nr, &cr, &nc);
-    assert_int_equal(nr, 12);
-    assert_int_equal(nc, 24);
-    for (int i = 0; i < nc; i++) {
-        assert_true(!strcmp(cr[i].client_id, "c0") || !strcmp(cr[i].client_id, "c1"));
-        assert_string_equal(cr[i].status, "completed");
-    }
-    free(r);
-    free(cr);
+    const char *ids[] = {"c0", "c1"};
+    procs_assert_run_of(db, server, c, ids, 2, 12); /* only the honest clients in its rounds */
 }
 
 
@@ -257,21 +243,8 @@ static void test_dropped_client_cannot_be_taken(void **state)
     peer_free(&p);
     c[0] = procs_spawn_client(c0argv, clog[2]);
     c[1] = procs_spawn_client(c1argv, clog[1]);
-    assert_int_equal(procs_wait(server, 300), 0);
-    for (int i = 0; i < 2; i++)
-        assert_int_equal(procs_wait(c[i], 30), 0);
-    fm_round_row_t *r;
-    fm_client_round_row_t *cr;
-    int nr, nc;
-    procs_finished_run(db, &r, &nr, &cr, &nc);
-    assert_int_equal(nr, 2);
-    assert_int_equal(nc, 4);
-    for (int i = 0; i < nc; i++) {
-        assert_true(!strcmp(cr[i].client_id, "e0") || !strcmp(cr[i].client_id, "e1"));
-        assert_string_equal(cr[i].status, "completed");
-    }
-    free(r);
-    free(cr);
+    const char *ids[] = {"e0", "e1"};
+    procs_assert_run_of(db, server, c, ids, 2, 2);
 }
 
 /* ---- the client's side ---------------------------------------------------------- */

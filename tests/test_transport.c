@@ -204,19 +204,8 @@ static void test_unfinished_multipart(void **state)
 #ifndef __SANITIZE_ADDRESS__ /* (AddressSanitizer's quarantine makes RSS no measure) */
     assert_true(before > 0 && (peak - before) * 1024 < bound + (64L << 20));
 #endif
-    assert_int_equal(procs_wait(server, 300), 0);
-    for (int i = 0; i < 2; i++)
-        assert_int_equal(procs_wait(c[i], 30), 0);
-    fm_round_row_t *r;
-    fm_client_round_row_t *cr;
-    int nr, nc;
-    procs_finished_run(db, &r, &nr, &cr, &nc);
-    assert_int_equal(nr, 4);
-    assert_int_equal(nc, 8);
-    for (int i = 0; i < nc; i++)
-        assert_string_equal(cr[i].status, "completed");
-    free(r);
-    free(cr);
+    const char *ids[] = {"c0", "c1"};
+    procs_assert_run_of(db, server, c, ids, 2, 4);
 }
 
 /* Each connection holds a file descriptor: the coordinator raises its soft limit
@@ -244,7 +233,6 @@ static void test_fd_limit_raised_and_checked(void **state)
     }
 }
 
-/* The coordinator's open file descriptors. */
 /* A connection flood: 1,000 TCP connections that never say a word, against a
  * coordinator with --max-connections 100. Those past the cap are shut at once;
  * the rest hold a descriptor only until their handshake times out
