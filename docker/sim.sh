@@ -38,14 +38,49 @@ export FEDMOE_IMAGE=$image FEDMOE_CLIENTS=$clients FEDMOE_ROUNDS=$rounds FEDMOE_
 export FEDMOE_SERVER_ARGS="${extra[*]:-}"
 dc down --remove-orphans >/dev/null 2>&1 || true
 docker volume rm -f "${project}_slots" >/dev/null  # client ids are claimed anew
-dc run --rm keys 2>/dev/null
+err=$(mktemp)
+trap 'rm -f "$err"' EXIT
+# one clear line when the stack cannot start (a port taken, a volume refused ...)
+fail_start() {
+  local why
+  why=$(grep -m1 -iE 'cannot|bind|already|denied|no such|not found|invalid' "$err" || grep -iE 'error' "$err" | tail -1)
+  if grep -qiE 'address already in use|port is already allocated' "$err"; then
+    why="port ${FEDMOE_PORT:-5555} of this machine is taken (another one: FEDMOE_PORT=N docker/sim.sh ...)"
+  fi
+  echo "sim.sh: $1: ${why#ERROR: }" >&2
+  dc down --remove-orphans >/dev/null 2>&1 || true
+  exit 1
+}
+dc run --rm keys 2>"$err" || fail_start "the keys could not be made"
 stopped=0
 stop() { stopped=1; echo; echo "sim.sh: stopping the stack"; dc stop -t 30 >/dev/null 2>&1 || true; }
 trap stop INT TERM
-dc up -d --scale client="$clients" coordinator client 2>/dev/null
+dc up -d --scale client="$clients" coordinator client 2>"$err" || fail_start "the stack did not start"
 echo "sim.sh: coordinator and $clients clients in containers ($image), $rounds rounds"
+dc run --rm -T history follow 2>/dev/null &
+follow=$!
+# a coordinator that keeps failing (a bad setting, a damaged database) ends the job with its reason
+failed=""
+while kill -0 $follow 2>/dev/null && ((stopped == 0)); do
+  coord=$(dc ps -q coordinator 2>/dev/null || true)
+  if [[ -n $coord && $(docker inspect -f '{{.RestartCount}}' "$coord" 2>/dev/null || echo 0) -ge 3 ]]; then
+    failed=$(docker logs --tail 20 "$coord" 2>&1 | grep -vE '^\s*$' | tail -1)
+    break
+  fi
+  sleep 1
+done
+if [[ -n $failed || $stopped -ne 0 ]]; then
+  kill $follow 2>/dev/null || true
+  docker ps -q --filter "label=com.docker.compose.project=$project" --filter "label=com.docker.compose.oneoff=True" |
+    xargs -r docker rm -f >/dev/null 2>&1 || true
+fi
 rc=0
-dc run --rm -T history follow 2>/dev/null || rc=$?
+wait $follow || rc=$?
+if [[ -n $failed ]]; then
+  echo "sim.sh: the coordinator failed 3 times; its last line: $failed" >&2
+  dc down --remove-orphans >/dev/null 2>&1 || true
+  exit 1
+fi
 if ((stopped == 0)); then
   coord=$(dc ps -q coordinator)
   [[ -n $coord ]] && timeout 60 docker wait "$coord" >/dev/null 2>&1 || true

@@ -5,7 +5,8 @@
 # client container is killed (restarted by its policy, it keeps its id) and
 # another loses its network for 5 s; after the second the coordinator container
 # is killed (restarted, it resumes from its database on the volume); the run
-# finishes with every round exactly once. Also checked: the image runs
+# finishes with every round exactly once. A taken port and a setting out of
+# range each stop docker/sim.sh with one clear line. Also checked: the image runs
 # `fedmoe-server --help`, as a non-root user, carries its version and commit,
 # and reports the coordinator healthy; the history tool reads the round log
 # from the volume. Skipped (77) only when no Docker engine can be had (not
@@ -94,4 +95,20 @@ help=$(docker run --rm "$image" fedmoe-server --help)
 [[ $help == "usage: fedmoe-server"* ]] || fail "fedmoe-server --help in $image"
 [[ $(docker run --rm "$image" id -u) != 0 ]] || fail "the image runs as root"
 [[ -n $(docker inspect -f '{{index .Config.Labels "org.opencontainers.image.revision"}}' "$image") ]] || fail "no commit label"
-echo "docker: OK: 4 rounds exactly once; client $victim_id killed after round 1 and back (restarts $restarts); coordinator killed after round 2 and resumed; healthy"
+# bad set-ups end with one clear line: a port taken, a setting out of range
+/usr/bin/python3 -c 'import socket, sys, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", int(sys.argv[1]))); s.listen(); time.sleep(60)' 5597 &
+holder=$!
+sleep 1
+FEDMOE_PROJECT=$project-bad FEDMOE_PORT=5597 "$src/docker/sim.sh" --clients 2 --rounds 2 > "$work/bad.out" 2>&1
+rc=$?
+kill $holder 2>/dev/null
+[[ $rc -eq 1 ]] && grep -q "sim.sh: the stack did not start: port 5597 of this machine is taken" "$work/bad.out" ||
+  fail "a taken port: rc $rc, $(tail -1 "$work/bad.out")"
+FEDMOE_PROJECT=$project-bad timeout 300 "$src/docker/sim.sh" --clients 2 --rounds 2 -- --fraction 7 > "$work/bad.out" 2>&1
+rc=$?
+[[ $rc -eq 1 ]] && grep -q "the coordinator failed 3 times; its last line: fedmoe-server: --fraction: 7 is out of range" \
+  "$work/bad.out" || fail "a bad setting: rc $rc, $(tail -1 "$work/bad.out")"
+"${compose[@]}" -p "$project-bad" -f "$src/docker/compose.yml" down -v >/dev/null 2>&1
+echo "docker: OK: 4 rounds exactly once; client $victim_id killed after round 1 and back (restarts $restarts); coordinator killed after round 2 and resumed; healthy; a taken port and a bad setting each end with one clear line"

@@ -3,9 +3,9 @@
 # Docker Swarm stack (docker stack deploy) on a one-node swarm (made here and
 # left again when there was none). The kernel here has no IPVS, so the stack
 # must work without the routing mesh: the coordinator is reached by name
-# (endpoint_mode dnsrr) and publishes its port in host mode. Clients take
-# their ids from their task slots (c000..c002); the run of 3 rounds finishes,
-# every round once, read from the stack's data volume. Skipped (77) only when
+# (endpoint_mode dnsrr) and publishes its port in host mode. 4 client replicas
+# take their ids from their task slots (c000..c003); the run of 3 rounds
+# finishes, every round once with all 4, read from the stack's data volume. Skipped (77) only when
 # no Docker engine can be had.
 #   tests/swarm.sh SOURCE_DIR
 set -uo pipefail
@@ -40,7 +40,7 @@ if [[ $(docker info -f '{{.Swarm.LocalNodeState}}') != active ]]; then
   made=1
 fi
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-FEDMOE_IMAGE=$image FEDMOE_CLIENTS=3 FEDMOE_ROUNDS=3 FEDMOE_PORT=$port \
+FEDMOE_IMAGE=$image FEDMOE_CLIENTS=4 FEDMOE_ROUNDS=3 FEDMOE_PORT=$port \
   docker stack deploy -c "$src/docker/compose.yml" "$stack" >"$work/deploy.out" 2>&1 || fail "stack deploy: $(cat "$work/deploy.out")"
 [[ $(docker service inspect -f '{{.Spec.EndpointSpec.Mode}}' "${stack}_coordinator") == dnsrr ]] || fail "the coordinator is not dnsrr"
 # the round log, from the stack's volume (once its coordinator task made it), as fedmoe-sim shows it
@@ -60,8 +60,8 @@ wait $follow; rc=$?
 [[ $rc -eq 0 ]] || fail "the run did not finish (follow exited $rc)"
 ((open)) || fail "port $port was never open on the host"
 grep -q "rounds                     3 of 3" "$work/follow.out" || fail "not 3 of 3 rounds"
-[[ $(grep -cE '^ +[1-3] +3/3 ' "$work/follow.out") -eq 3 ]] || fail "not 3 rounds with 3 clients each"
-for id in c000 c001 c002; do
+[[ $(grep -cE '^ +[1-3] +4/4 ' "$work/follow.out") -eq 3 ]] || fail "not 3 rounds with 4 clients each"
+for id in c000 c001 c002 c003; do
   grep -q "^  $id .*completed" "$work/follow.out" || fail "client $id (from its task slot) missing"
 done
-echo "swarm: OK: stack $stack on a one-node swarm, 3 rounds with c000-c002 (task slots), coordinator dnsrr on host port $port"
+echo "swarm: OK: stack $stack on a one-node swarm, 3 rounds with c000-c003 (task slots), coordinator dnsrr on host port $port"
