@@ -248,6 +248,7 @@ static void handle_hello(fm_coordinator_t *c, const char *id, const Fedmoe__Hell
     cl->greeted = true;
     cl->last_seen = now;
     cl->benched_until = 0; /* a client that says hello starts afresh */
+    cl->benched_until_s = 0.0;
     if (changed || now - cl->logged_at >= HELLO_LOG_EVERY_S) {
         log_client(c, cl);
         cl->logged_at = now;

@@ -38,9 +38,9 @@ static void sweep_silent(fm_coordinator_t *c, double now)
     }
 }
 
-static bool selectable(const fm_client_t *cl, int round)
+static bool selectable(const fm_client_t *cl, int round, double now)
 {
-    return cl->connected && cl->ready && cl->benched_until <= round;
+    return cl->connected && cl->ready && (cl->benched_until <= round || now >= cl->benched_until_s);
 }
 
 /* Opens the next round when enough clients are ready: a deterministic choice,
@@ -50,7 +50,7 @@ static fm_status try_open_round(fm_coordinator_t *c, double now)
     int n = fm_registry_count(c->reg), ready = 0, round = c->round.number;
     const int *order = fm_registry_sorted(c->reg);
     for (int i = 0; i < n; i++)
-        ready += selectable(fm_registry_at(c->reg, order[i]), round);
+        ready += selectable(fm_registry_at(c->reg, order[i]), round, now);
     if (ready < c->cfg.min_clients) {
         if (now - c->waiting_logged > WAITING_LOG_S) {
             fm_info("round %d: waiting for clients (%d ready, %d needed)", round, ready, c->cfg.min_clients);
@@ -66,7 +66,7 @@ static fm_status try_open_round(fm_coordinator_t *c, double now)
     if (st == FM_OK) {
         int k = 0;
         for (int i = 0; i < n; i++)
-            if (selectable(fm_registry_at(c->reg, order[i]), round))
+            if (selectable(fm_registry_at(c->reg, order[i]), round, now))
                 cand[k++] = (uint32_t)order[i];
         fm_rng_t r;
         fm_rng_init(&r, c->spec.seed, fm_rng_stream(FM_STREAM_SELECT, (uint64_t)round));
@@ -110,8 +110,12 @@ static fm_status try_open_round(fm_coordinator_t *c, double now)
 }
 
 /* Participants that gave nothing usable sit out rounds after BENCH_AFTER such
- * rounds in a row (1, 2, 4... up to BENCH_MAX), until they say hello again. */
-static void count_failures(fm_coordinator_t *c)
+ * rounds in a row (1, 2, 4... up to BENCH_MAX), until they say hello again, or
+ * for as long as that many rounds could last at most (the timeout and its
+ * extensions each): when every client is benched and a round is run again, the
+ * round number does not advance, and a bench in rounds alone stalled the run
+ * for good (seen with slow clients under AddressSanitizer). */
+static void count_failures(fm_coordinator_t *c, double now)
 {
     for (int i = 0; i < c->round.nparts; i++) {
         fm_participant_t *p = &c->round.parts[i];
@@ -127,6 +131,7 @@ static void count_failures(fm_coordinator_t *c)
         int sit = 1 << (cl->failures - BENCH_AFTER < 4 ? cl->failures - BENCH_AFTER : 4);
         sit = sit > BENCH_MAX ? BENCH_MAX : sit;
         cl->benched_until = c->round.number + 1 + sit;
+        cl->benched_until_s = now + sit * c->cfg.round_timeout * (1 + FM_ROUND_MAX_EXTENSIONS);
         fm_warn("client %s: no usable update in %d rounds in a row: not selected for %d round%s (or until it "
                 "says hello again)",
                 cl->id, cl->failures, sit, sit == 1 ? "" : "s");
@@ -297,7 +302,7 @@ static fm_status decide(fm_coordinator_t *c, double now)
         if (c->round.parts[i].state == FM_PART_DROPPED)
             fm_warn("round %d: client %s sent no update by the deadline%s: dropped from the round", k,
                     c->round.parts[i].row.client_id, c->round.extensions ? " and its extensions" : "");
-    count_failures(c);
+    count_failures(c, now);
     if (v == FM_VERDICT_ABANDON) {
         fm_warn("round %d: %d of %d updates, short of the quorum of %d: running the round again when enough "
                 "clients are ready",

@@ -25,6 +25,8 @@ typedef struct {
     bool greeted;           /* said hello to this coordinator since it started */
     int failures;           /* rounds in a row it was selected for and gave nothing usable */
     int benched_until;      /* not selected before this round (after failures; reset by hello) */
+    double benched_until_s; /* ... nor before this time: rounds run again do not advance the round
+                               number, so a bench in rounds alone could last for ever */
     double last_seen;       /* the coordinator's clock at its last message */
     double logged_at;       /* when its row in the round log was last written */
     char first_seen[32];
