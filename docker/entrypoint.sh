@@ -58,8 +58,9 @@ case "$clients" in ''|*[!0-9]*) die "FEDMOE_CLIENTS must be a number, not '$clie
 make_keys() {
   [ -w "$KEYS_C" ] && [ -w "$KEYS_K" ] || die "mount the key volumes writable at $KEYS_C and $KEYS_K"
   mkdir -p "$KEYS_C/clients"
-  [ -f "$KEYS_C/coordinator.key" ] || fedmoe-keygen --out "$KEYS_C" coordinator >/dev/null
-  cp "$KEYS_C/coordinator.pub" "$KEYS_K/coordinator.pub"
+  # the clients' pairs and the allow-list first, the coordinator's pair last: a
+  # coordinator started beside this step (a swarm starts them together) waits
+  # for its key, and then reads a complete allow-list
   made=0 i=0
   while [ "$i" -lt "$clients" ]; do
     id=$(printf 'c%03d' "$i")
@@ -70,6 +71,14 @@ make_keys() {
     cp "$KEYS_K/$id.pub" "$KEYS_C/clients/$id.pub"
     i=$((i + 1))
   done
+  if [ ! -f "$KEYS_C/coordinator.key" ]; then
+    tmp=$(mktemp -d "$KEYS_C/.new.XXXXXX")
+    fedmoe-keygen --out "$tmp" coordinator >/dev/null
+    mv "$tmp/coordinator.pub" "$KEYS_C/coordinator.pub"
+    mv "$tmp/coordinator.key" "$KEYS_C/coordinator.key"  # (whole: a rename)
+    rmdir "$tmp"
+  fi
+  cp "$KEYS_C/coordinator.pub" "$KEYS_K/coordinator.pub"
   echo "fedmoe-entrypoint: keys ready: coordinator and $clients clients ($made new)"
 }
 
