@@ -32,6 +32,7 @@ fail() {
   exit 1
 }
 trap 'dc down -v --remove-orphans >/dev/null 2>&1; rm -rf "$work"' EXIT
+trap "exit 143" TERM INT  # (so that the EXIT cleanup runs)
 # How often Docker has restarted a container, once it has at least once (30 s at most).
 restarted() {
   local n=0

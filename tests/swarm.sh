@@ -26,6 +26,7 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+trap "exit 143" TERM INT  # (so that the EXIT cleanup runs)
 fail() {
   echo "swarm: FAILED: $*" >&2
   cat "$work/follow.out" >&2 2>/dev/null
