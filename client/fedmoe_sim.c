@@ -114,7 +114,7 @@ static int setup(sim_t *s)
         return 1;
     }
     snprintf(s->endpoint, sizeof s->endpoint, "tcp://127.0.0.1:%d", s->o.port);
-    fm_report_begin(&s->rep, s->o.db, NULL); /* (the latest run now is not the job's) */
+    fm_report_begin(&s->rep, s->o.db, NULL, false); /* (the latest run now is not the job's) */
     return 0;
 }
 

@@ -46,20 +46,8 @@ static int cmd_follow(const char *db, const char *run)
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     fm_report_t r;
-    fm_report_begin(&r, db, run);
+    fm_report_begin(&r, db, run, true); /* (a run in progress is the one to follow) */
     char status[16] = "";
-    if (!run) { /* a run in progress is the one to follow */
-        fm_store_t *st = NULL;
-        fm_run_row_t latest;
-        bool found = false;
-        if (access(db, F_OK) == 0 && fm_store_open(&st, db, true) == FM_OK &&
-            fm_store_latest_run(st, &latest, &found) == FM_OK && found) {
-            if (!strcmp(latest.status, "running"))
-                fm_report_begin(&r, db, latest.id);
-            fm_store_run_clear(&latest);
-        }
-        fm_store_close(&st);
-    }
     while (!interrupted) {
         fm_report_progress(&r);
         fm_report_status(&r, status);

@@ -8,7 +8,7 @@
 
 #include "fedmoe/clock.h"
 
-void fm_report_begin(fm_report_t *r, const char *db, const char *run)
+void fm_report_begin(fm_report_t *r, const char *db, const char *run, bool running_is_it)
 {
     memset(r, 0, sizeof *r);
     snprintf(r->db, sizeof r->db, "%s", db);
@@ -23,6 +23,8 @@ void fm_report_begin(fm_report_t *r, const char *db, const char *run)
     if (access(db, F_OK) == 0 && fm_store_open(&st, db, true) == FM_OK &&
         fm_store_latest_run(st, &latest, &found) == FM_OK && found) {
         snprintf(r->before, sizeof r->before, "%s", latest.id);
+        if (running_is_it && !strcmp(latest.status, "running"))
+            snprintf(r->run_id, sizeof r->run_id, "%s", latest.id); /* the run in progress */
         fm_store_run_clear(&latest);
     }
     fm_store_close(&st);

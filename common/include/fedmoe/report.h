@@ -19,9 +19,10 @@ typedef struct {
     double t0;          /* when the report began (the wall time of the summary) */
 } fm_report_t;
 
-/* Starts a report on database db: follows `run` when given, else the first run
+/* Starts a report on database db: follows `run` when given; else, with
+ * running_is_it, the latest run if it is still running; else the first run
  * that is newer than the latest one now (the job's run). */
-void fm_report_begin(fm_report_t *r, const char *db, const char *run);
+void fm_report_begin(fm_report_t *r, const char *db, const char *run, bool running_is_it);
 /* Prints the run's header once it appears, then every round committed since
  * the last call (stdout, flushed). */
 void fm_report_progress(fm_report_t *r);
