@@ -245,12 +245,21 @@ static void watch(sim_t *s)
     }
 }
 
-/* Clients leave on the coordinator's Shutdown; give them a moment, then insist. */
+/* Clients leave on the coordinator's Shutdown at the run's end; after 3 s the
+ * rest (waiting for a coordinator that stopped mid-run) are asked to stop,
+ * after 15 s killed. */
 static void reap_clients(sim_t *s)
 {
-    double until = fm_clock_seconds() + 15.0;
+    double start = fm_clock_seconds();
+    bool asked = false;
     int left = s->o.clients;
-    while (left > 0 && fm_clock_seconds() < until) {
+    while (left > 0 && fm_clock_seconds() < start + 15.0) {
+        if (!asked && fm_clock_seconds() > start + 3.0) {
+            for (int i = 0; i < s->o.clients; i++)
+                if (s->cpids[i] > 0)
+                    kill(s->cpids[i], SIGTERM);
+            asked = true;
+        }
         left = 0;
         for (int i = 0; i < s->o.clients; i++) {
             if (s->cpids[i] <= 0)

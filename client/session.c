@@ -51,6 +51,7 @@ typedef struct {
     int last_round;         /* last round trained (0: none) */
     snapshot_t pre;         /* the state from before round pre.round (= last_round) */
     double last_beat;
+    double away_since;      /* > 0: the coordinator stopped mid-run then (waiting for it) */
 } session_t;
 
 void fm_session_config_default(fm_session_config_t *c)
@@ -316,6 +317,7 @@ static bool on_progress(void *user)
 
 static fm_status handle_welcome(session_t *s, const Fedmoe__Welcome *w)
 {
+    s->away_since = 0.0;
     if (s->run_id[0] && strcmp(s->run_id, w->run_id) == 0)
         return FM_OK; /* a repeated welcome for the run we are in */
     if (s->run_id[0])
@@ -523,6 +525,12 @@ fm_status fm_session_run(const fm_session_config_t *cfg, volatile sig_atomic_t *
                 last_hello = now;
             }
         } else {
+            if (s.away_since > 0.0 && cfg->connect_timeout > 0 && now - s.away_since > cfg->connect_timeout) {
+                fm_error_set("the coordinator stopped mid-run and did not come back within %.0f s (--connect-timeout)",
+                             cfg->connect_timeout);
+                st = FM_ERR_IO;
+                break;
+            }
             beat_if_due(&s);
         }
         if (!(item.revents & ZMQ_POLLIN))
@@ -545,6 +553,13 @@ fm_status fm_session_run(const fm_session_config_t *cfg, volatile sig_atomic_t *
         case FEDMOE__ENVELOPE__BODY_WELCOME: st = handle_welcome(&s, env->welcome); done = st != FM_OK; break;
         case FEDMOE__ENVELOPE__BODY_TASK: st = handle_task(&s, env->task); done = st != FM_OK; break;
         case FEDMOE__ENVELOPE__BODY_SHUTDOWN:
+            if (env->shutdown->resumable && s.run_id[0]) {
+                /* (a restart, an upgrade): ZeroMQ reconnects, and the heartbeat
+                 * a restarted coordinator does not know brings a new welcome */
+                fm_info("coordinator stopping: %.200s; waiting for it", env->shutdown->reason);
+                s.away_since = fm_clock_seconds();
+                break;
+            }
             fm_info("coordinator says shut down: %.200s", env->shutdown->reason);
             done = true;
             break;

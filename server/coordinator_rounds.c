@@ -316,11 +316,12 @@ static fm_status decide(fm_coordinator_t *c, double now)
     return st;
 }
 
-static void shutdown_clients(fm_coordinator_t *c, const char *reason)
+static void shutdown_clients(fm_coordinator_t *c, const char *reason, bool resumable)
 {
     Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
     Fedmoe__Shutdown sd = FEDMOE__SHUTDOWN__INIT;
     sd.reason = (char *)reason;
+    sd.resumable = resumable;
     env.body_case = FEDMOE__ENVELOPE__BODY_SHUTDOWN;
     env.shutdown = &sd;
     for (int i = 0; i < fm_registry_count(c->reg); i++)
@@ -342,7 +343,7 @@ fm_status fm_coordinator_tick(fm_coordinator_t *c, double now)
         fm_info("run %s finished: %d rounds", c->run_id, c->cfg.rounds);
         c->finished = true;
         st = fm_store_set_run_status(c->store, c->run_id, "finished");
-        shutdown_clients(c, "the run is finished");
+        shutdown_clients(c, "the run is finished", false);
         return st;
     }
     if (c->round.state == FM_ROUND_WAITING)
@@ -367,6 +368,6 @@ fm_status fm_coordinator_stop(fm_coordinator_t *c)
         return FM_OK;
     fm_info("stopping: run %s left resumable at round %d", c->run_id, c->round.number);
     fm_status st = fm_store_set_run_status(c->store, c->run_id, "stopped");
-    shutdown_clients(c, "the coordinator is stopping");
+    shutdown_clients(c, "the coordinator is stopping; the run resumes when it starts again", true);
     return st;
 }

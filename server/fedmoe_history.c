@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fedmoe/clock.h"
 #include "fedmoe/log.h"
 #include "fedmoe/report.h"
 #include "fedmoe/store.h"
@@ -31,8 +32,12 @@ static void usage(FILE *f)
             "  follow [RUN]                  a run's rounds as they are committed, then its summary,\n"
             "                                as fedmoe-sim prints them (default: the run in progress,\n"
             "                                or the next one to start); exit 0 when it finished\n"
+            "  check                         SQLite's integrity check of the database: ok, or its\n"
+            "                                first problems (exit 1)\n"
             "options:\n"
             "  --db PATH                     the database (default fedmoe.db)\n"
+            "  --resume-wait S               follow: a run stopped before its end (its coordinator\n"
+            "                                restarting) is waited for S seconds to resume (default 0)\n"
             "  -h, --help                    this text\n");
 }
 
@@ -41,17 +46,23 @@ static void on_signal(int sig) { interrupted = sig; }
 
 /* Prints the run's rounds as they come and its summary at its end; waits for
  * the database and the run to appear. */
-static int cmd_follow(const char *db, const char *run)
+static int cmd_follow(const char *db, const char *run, double resume_wait)
 {
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     fm_report_t r;
     fm_report_begin(&r, db, run, true); /* (a run in progress is the one to follow) */
     char status[16] = "";
+    double stopped_at = -1.0; /* when it was first seen stopped */
     while (!interrupted) {
         fm_report_progress(&r);
         fm_report_status(&r, status);
-        if (status[0] && strcmp(status, "running"))
+        if (!strcmp(status, "stopped") && stopped_at < 0.0)
+            stopped_at = fm_clock_seconds();
+        else if (strcmp(status, "stopped"))
+            stopped_at = -1.0;
+        if (status[0] && strcmp(status, "running") &&
+            !(stopped_at >= 0.0 && fm_clock_seconds() - stopped_at < resume_wait))
             break;
         usleep(500000);
     }
@@ -66,6 +77,16 @@ static int fail(void)
 {
     fprintf(stderr, "fedmoe-history: %s\n", fm_error_last());
     return 2;
+}
+
+static int cmd_check(fm_store_t *st)
+{
+    char report[2048];
+    bool ok;
+    if (fm_store_check(st, &ok, report, sizeof report) != FM_OK)
+        return fail();
+    printf("%s\n", report);
+    return ok ? 0 : 1;
 }
 
 /* Resolves RUN (or the latest run when NULL). */
@@ -377,7 +398,7 @@ static int cmd_plot(fm_store_t *st, const char *out, char **runs, int nruns)
 
 /* Reads options up to the next argument; returns an exit status to stop with, or -1. */
 static int parse_options(int argc, char **argv, const struct option *opts, const char **db, const char **format,
-                         const char **table, const char **out)
+                         const char **table, const char **out, double *resume_wait)
 {
     int c;
     while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
@@ -386,6 +407,15 @@ static int parse_options(int argc, char **argv, const struct option *opts, const
         case 'f': *format = optarg; break;
         case 't': *table = optarg; break;
         case 'o': *out = optarg; break;
+        case 'w': {
+            char *end;
+            *resume_wait = strtod(optarg, &end);
+            if (*end || end == optarg || !(*resume_wait >= 0.0 && *resume_wait <= 1e7)) {
+                fprintf(stderr, "fedmoe-history: --resume-wait: '%s' is not a number of seconds\n", optarg);
+                return 2;
+            }
+            break;
+        }
         case 'h': usage(stdout); return 0;
         default: fprintf(stderr, "fedmoe-history: unknown or incomplete option '%s' (see --help)\n", argv[optind - 1]); return 2;
         }
@@ -397,26 +427,28 @@ int main(int argc, char **argv)
 {
     static const struct option opts[] = {{"db", required_argument, 0, 'd'},     {"format", required_argument, 0, 'f'},
                                          {"table", required_argument, 0, 't'},  {"out", required_argument, 0, 'o'},
+                                         {"resume-wait", required_argument, 0, 'w'},
                                          {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
     const char *db = "fedmoe.db", *format = "csv", *table = "rounds", *out = NULL;
+    double resume_wait = 0.0;
     opterr = 0;
-    int rc = parse_options(argc, argv, opts, &db, &format, &table, &out);
+    int rc = parse_options(argc, argv, opts, &db, &format, &table, &out, &resume_wait);
     if (rc >= 0)
         return rc;
     if (optind >= argc) {
-        fprintf(stderr, "fedmoe-history: a command is needed: runs, rounds, clients, export, plot or follow (see --help)\n");
+        fprintf(stderr, "fedmoe-history: a command is needed: runs, rounds, clients, export, plot, follow or check (see --help)\n");
         return 2;
     }
     const char *cmd = argv[optind++];
     /* options may also follow the command */
-    if ((rc = parse_options(argc, argv, opts, &db, &format, &table, &out)) >= 0)
+    if ((rc = parse_options(argc, argv, opts, &db, &format, &table, &out, &resume_wait)) >= 0)
         return rc;
     char **rest = argv + optind;
     int nrest = argc - optind;
     bool known = !strcmp(cmd, "runs") || !strcmp(cmd, "rounds") || !strcmp(cmd, "clients") || !strcmp(cmd, "export") ||
-                 !strcmp(cmd, "plot") || !strcmp(cmd, "follow");
+                 !strcmp(cmd, "plot") || !strcmp(cmd, "follow") || !strcmp(cmd, "check");
     if (!known) {
-        fprintf(stderr, "fedmoe-history: unknown command '%s' (runs, rounds, clients, export, plot, follow)\n", cmd);
+        fprintf(stderr, "fedmoe-history: unknown command '%s' (runs, rounds, clients, export, plot, follow, check)\n", cmd);
         return 2;
     }
     if (strcmp(format, "csv") && strcmp(format, "json")) {
@@ -427,7 +459,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "fedmoe-history: --table must be rounds or clients\n");
         return 2;
     }
-    if ((!strcmp(cmd, "runs") && nrest > 0) ||
+    if (((!strcmp(cmd, "runs") || !strcmp(cmd, "check")) && nrest > 0) ||
         ((!strcmp(cmd, "rounds") || !strcmp(cmd, "export") || !strcmp(cmd, "follow")) && nrest > 1) ||
         (!strcmp(cmd, "clients") && (nrest < 1 || nrest > 2))) {
         fprintf(stderr, "fedmoe-history: wrong arguments for '%s' (see --help)\n", cmd);
@@ -448,12 +480,14 @@ int main(int argc, char **argv)
         round = (int)v;
     }
     if (!strcmp(cmd, "follow"))
-        return cmd_follow(db, nrest ? rest[0] : NULL);
+        return cmd_follow(db, nrest ? rest[0] : NULL, resume_wait);
     fm_store_t *st = NULL;
     if (fm_store_open(&st, db, true) != FM_OK)
         return fail();
     if (!strcmp(cmd, "runs"))
         rc = cmd_runs(st);
+    else if (!strcmp(cmd, "check"))
+        rc = cmd_check(st);
     else if (!strcmp(cmd, "rounds"))
         rc = cmd_rounds(st, nrest ? rest[0] : NULL);
     else if (!strcmp(cmd, "clients"))

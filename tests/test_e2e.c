@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -109,6 +110,32 @@ static void test_sim_and_history(void **state)
     assert_non_null(strstr(out, "\"rounds\":[{\"round\":1"));
     assert_non_null(strstr(out, r[2].checkpoint_sha256));
     free(out);
+    /* check: ok on it; on a copy (checkpointed into one file) with bytes
+     * overwritten in the middle of its pages, the problems and exit 1 */
+    snprintf(cmd, sizeof cmd, "%s --db %s check", BIN("server/fedmoe-history"), db);
+    assert_int_equal(procs_capture(cmd, &out), 0);
+    assert_string_equal(out, "ok\n");
+    free(out);
+    char damaged[600];
+    snprintf(damaged, sizeof damaged, "%s/damaged.db", dir);
+    char cp[2600];
+    snprintf(cp, sizeof cp, "cp %s %s && cp %s-wal %s-wal", db, damaged, db, damaged);
+    assert_int_equal(system(cp), 0);
+    fm_store_t *copy;
+    assert_int_equal(fm_store_open(&copy, damaged, false), FM_OK);
+    fm_store_close(&copy); /* (the last writer: folds the WAL into the file) */
+    struct stat sb;
+    assert_int_equal(stat(damaged, &sb), 0);
+    int fd = open(damaged, O_WRONLY);
+    assert_true(fd >= 0);
+    char junk[3000];
+    memset(junk, 0xab, sizeof junk);
+    assert_int_equal(pwrite(fd, junk, sizeof junk, sb.st_size / 2), (ssize_t)sizeof junk);
+    close(fd);
+    snprintf(cmd, sizeof cmd, "%s --db %s check 2>&1", BIN("server/fedmoe-history"), damaged);
+    assert_int_equal(procs_capture(cmd, &out), 1);
+    assert_true(strncmp(out, "ok", 2) != 0);
+    free(out);
     snprintf(cmd, sizeof cmd, "%s --db %s plot --out %s/plot.svg", BIN("server/fedmoe-history"), db, dir);
     assert_int_equal(procs_capture(cmd, &out), 0);
     free(out);
@@ -126,17 +153,23 @@ static void test_sim_and_history(void **state)
     fm_store_close(&st);
 }
 
-static void start_clients(pid_t *pids, int n, const char *endpoint, const char *tag)
+/* Client ci (i = first .. first + n - 1); extra: one more flag and its value, or NULL. */
+static void start_clients(pid_t *pids, int first, int n, const char *endpoint, const char *tag, const char *extra,
+                          const char *value)
 {
-    for (int i = 0; i < n; i++) {
+    for (int i = first; i < first + n; i++) {
         char id[32], log[512];
         snprintf(id, sizeof id, "c%d", i);
         snprintf(log, sizeof log, "%s/%s-client%d.log", dir, tag, i);
-        char *argv[] = {BIN("client/fedmoe-client"), "--connect", (char *)endpoint, "--id", id, "--state-dir", dir, NULL};
+        char *argv[] = {BIN("client/fedmoe-client"), "--connect", (char *)endpoint, "--id", id, "--state-dir", dir,
+                        (char *)extra, (char *)value, NULL};
         pids[i] = procs_spawn_client(argv, log);
     }
 }
 
+/* The coordinator stopped (SIGTERM) mid-run and started again: the run resumes
+ * from the database with the same client processes, which waited for it; a
+ * client with --connect-timeout 2 gave up with a clear error meanwhile. */
 static void test_resume_after_stop(void **state)
 {
     (void)state;
@@ -149,23 +182,31 @@ static void test_resume_after_stop(void **state)
     procs_client_keys("c", 3);
     pid_t server = procs_spawn_server(sargv, log);
     pid_t clients[3];
-    start_clients(clients, 3, endpoint, "first");
+    start_clients(clients, 0, 2, endpoint, "first", NULL, NULL);
+    start_clients(clients, 2, 1, endpoint, "first", "--connect-timeout", "2");
     for (int i = 0; i < 1200 && procs_committed_rounds(db) < 2; i++)
         usleep(50000);
     assert_true(procs_committed_rounds(db) >= 2);
     kill(server, SIGTERM);
     assert_int_equal(procs_wait(server, 30), 0); /* a clean stop exits 0 */
-    for (int i = 0; i < 3; i++)
-        assert_int_equal(procs_wait(clients[i], 30), 0); /* told to shut down */
     int done_first = procs_committed_rounds(db);
     assert_true(done_first >= 2 && done_first < 4);
+    sleep(4);
+    assert_int_equal(procs_wait(clients[2], 5), 2); /* gave up after 2 s */
+    char clog[512];
+    snprintf(clog, sizeof clog, "%s/first-client2.log", dir);
+    assert_true(procs_log_has(clog, "did not come back within 2 s"));
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(waitpid(clients[i], NULL, WNOHANG), 0); /* still running, waiting */
     /* the same settings on the same database: the run resumes and finishes */
     snprintf(log, sizeof log, "%s/resume-server2.log", dir);
     server = procs_spawn_server(sargv, log);
-    start_clients(clients, 3, endpoint, "second");
+    start_clients(clients, 2, 1, endpoint, "second", NULL, NULL);
     assert_int_equal(procs_wait(server, 300), 0);
     for (int i = 0; i < 3; i++)
         assert_int_equal(procs_wait(clients[i], 30), 0);
+    snprintf(clog, sizeof clog, "%s/first-client0.log", dir);
+    assert_true(procs_log_has(clog, "waiting for it"));
     fm_store_t *st;
     assert_int_equal(fm_store_open(&st, db, true), FM_OK);
     fm_run_row_t *runs;
@@ -446,6 +487,7 @@ static void test_bad_arguments(void **state)
         {"client/fedmoe-sim", "extra"},               {"server/fedmoe-history", "nosuchcommand"},
         {"server/fedmoe-history", "--db /nonexistent/x.db runs"},
         {"server/fedmoe-history", "clients abc"},     {"bench/fedmoe-bench", "train --steps 0"},
+        {"server/fedmoe-history", "check extra"},     {"server/fedmoe-history", "follow --resume-wait x"},
         {"server/fedmoe-server", "--db /tmp/unused.db"}, /* no keys and not --insecure */
         {"server/fedmoe-server", "--key /nonexistent.key --allow /tmp"},
         {"client/fedmoe-client", "--connect tcp://127.0.0.1:9"}, /* no keys */

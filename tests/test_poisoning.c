@@ -136,8 +136,10 @@ static double run_with(const char *rule, const char *clip, bool defended)
         double m = global_max_abs(db);
         kill(server, SIGTERM);
         assert_int_equal(procs_wait(server, 30), 0); /* up until the end */
-        for (int i = 0; i < 2; i++)
+        for (int i = 0; i < 2; i++) { /* (they would wait for it to come back) */
+            kill(c[i], SIGTERM);
             procs_wait(c[i], 30);
+        }
         fprintf(stderr, "  %s, clip %s: largest |value| of the global model after round 1: %.3g\n", rule, clip, m);
         return m;
     }

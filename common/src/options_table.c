@@ -168,7 +168,8 @@ static const fm_option_t table[] = {
     {"state-dir", 0, FM_OPT_STRING, "DIR", 0, 0, C, 0, O(state_dir), NULL, NULL, NULL, FM_OPT_G_FEDERATED,
      "keep local state there, to continue after a restart"},
     {"connect-timeout", 0, FM_OPT_DOUBLE, "S", 0.0, 1e7, C, 0, O(connect_timeout), NULL, NULL, "wait",
-     FM_OPT_G_FEDERATED, "give up if no welcome within S seconds"},
+     FM_OPT_G_FEDERATED, "give up if no welcome within S seconds (at the start, and after the\n"
+     "coordinator stopped mid-run)"},
     /* data */
     {"dataset", 0, FM_OPT_STRING, "SPEC", 0, 0, S | C | M, SPEC, R(dataset), NULL, NULL, NULL, FM_OPT_G_DATA,
      "fmnist, fmnist:DIR, idx:IMAGES,LABELS or csv:PATH"},

@@ -367,6 +367,27 @@ fm_status fm_store_get_run(fm_store_t *s, const char *run_id, fm_run_row_t *out,
     return one_run(s, RUN_COLUMNS "WHERE r.id = ?", run_id, out, found);
 }
 
+fm_status fm_store_check(fm_store_t *s, bool *ok, char *report, size_t cap)
+{
+    sqlite3_stmt *st;
+    fm_status e = prepare(s, &st, "PRAGMA integrity_check(20)");
+    if (e != FM_OK)
+        return e;
+    size_t used = 0;
+    int rc;
+    report[0] = 0;
+    *ok = false;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *line = (const char *)sqlite3_column_text(st, 0);
+        if (line && !strcmp(line, "ok") && used == 0)
+            *ok = true;
+        if (used < cap)
+            used += (size_t)snprintf(report + used, cap - used, "%s%s", used ? "\n" : "", line ? line : "?");
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? FM_OK : db_error(s, "integrity check");
+}
+
 /* Runs a query and reads every row with `read` into a growing array. */
 static fm_status read_all(fm_store_t *s, sqlite3_stmt *st, void **rows, int *n, size_t size,
                           void (*read)(sqlite3_stmt *, void *))

@@ -97,6 +97,10 @@ fm_status fm_store_list_clients(fm_store_t *s, const char *run_id, fm_client_row
 fm_status fm_store_latest_checkpoint(fm_store_t *s, const char *run_id, int *round, uint8_t **blob, size_t *len,
                                      bool *found);
 
+/* SQLite's integrity_check of the whole file: *ok, and in report its first
+ * problems ("ok" when none). */
+fm_status fm_store_check(fm_store_t *s, bool *ok, char *report, size_t cap);
+
 /* Lowercase hex SHA-256 of data. */
 void fm_sha256_hex(const uint8_t *data, size_t len, char out[65]);
 
