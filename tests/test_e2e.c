@@ -32,6 +32,37 @@
 
 static char dir[256];
 
+/* fedmoe-history check: ok on db; on a copy (checkpointed into one file) with
+ * bytes overwritten in the middle of its pages, the problems and exit 1. */
+static void history_check(const char *db)
+{
+    char cmd[1024], *out;
+    snprintf(cmd, sizeof cmd, "%s --db %s check", BIN("server/fedmoe-history"), db);
+    assert_int_equal(procs_capture(cmd, &out), 0);
+    assert_string_equal(out, "ok\n");
+    free(out);
+    char damaged[600];
+    snprintf(damaged, sizeof damaged, "%s/damaged.db", dir);
+    char cp[2600];
+    snprintf(cp, sizeof cp, "cp %s %s && cp %s-wal %s-wal", db, damaged, db, damaged);
+    assert_int_equal(system(cp), 0);
+    fm_store_t *copy;
+    assert_int_equal(fm_store_open(&copy, damaged, false), FM_OK);
+    fm_store_close(&copy); /* (the last writer: folds the WAL into the file) */
+    struct stat sb;
+    assert_int_equal(stat(damaged, &sb), 0);
+    int fd = open(damaged, O_WRONLY);
+    assert_true(fd >= 0);
+    char junk[3000];
+    memset(junk, 0xab, sizeof junk);
+    assert_int_equal(pwrite(fd, junk, sizeof junk, sb.st_size / 2), (ssize_t)sizeof junk);
+    close(fd);
+    snprintf(cmd, sizeof cmd, "%s --db %s check 2>&1", BIN("server/fedmoe-history"), damaged);
+    assert_int_equal(procs_capture(cmd, &out), 1);
+    assert_true(strncmp(out, "ok", 2) != 0);
+    free(out);
+}
+
 static void test_sim_and_history(void **state)
 {
     (void)state;
@@ -110,32 +141,7 @@ static void test_sim_and_history(void **state)
     assert_non_null(strstr(out, "\"rounds\":[{\"round\":1"));
     assert_non_null(strstr(out, r[2].checkpoint_sha256));
     free(out);
-    /* check: ok on it; on a copy (checkpointed into one file) with bytes
-     * overwritten in the middle of its pages, the problems and exit 1 */
-    snprintf(cmd, sizeof cmd, "%s --db %s check", BIN("server/fedmoe-history"), db);
-    assert_int_equal(procs_capture(cmd, &out), 0);
-    assert_string_equal(out, "ok\n");
-    free(out);
-    char damaged[600];
-    snprintf(damaged, sizeof damaged, "%s/damaged.db", dir);
-    char cp[2600];
-    snprintf(cp, sizeof cp, "cp %s %s && cp %s-wal %s-wal", db, damaged, db, damaged);
-    assert_int_equal(system(cp), 0);
-    fm_store_t *copy;
-    assert_int_equal(fm_store_open(&copy, damaged, false), FM_OK);
-    fm_store_close(&copy); /* (the last writer: folds the WAL into the file) */
-    struct stat sb;
-    assert_int_equal(stat(damaged, &sb), 0);
-    int fd = open(damaged, O_WRONLY);
-    assert_true(fd >= 0);
-    char junk[3000];
-    memset(junk, 0xab, sizeof junk);
-    assert_int_equal(pwrite(fd, junk, sizeof junk, sb.st_size / 2), (ssize_t)sizeof junk);
-    close(fd);
-    snprintf(cmd, sizeof cmd, "%s --db %s check 2>&1", BIN("server/fedmoe-history"), damaged);
-    assert_int_equal(procs_capture(cmd, &out), 1);
-    assert_true(strncmp(out, "ok", 2) != 0);
-    free(out);
+    history_check(db);
     snprintf(cmd, sizeof cmd, "%s --db %s plot --out %s/plot.svg", BIN("server/fedmoe-history"), db, dir);
     assert_int_equal(procs_capture(cmd, &out), 0);
     free(out);
