@@ -52,6 +52,14 @@ typedef struct {
     snapshot_t pre;         /* the state from before round pre.round (= last_round) */
     double last_beat;
     double away_since;      /* > 0: the coordinator stopped mid-run then (waiting for it) */
+    double last_hello;
+    bool hello_due;         /* a restarted coordinator asked who we are: a Hello, rate-limited */
+    struct {                /* the last update sent, as sent: a repeated task gets it again */
+        uint8_t *bytes;
+        size_t len;
+        uint32_t round;
+        uint8_t nonce[FM_NONCE_BYTES];
+    } sent;
 } session_t;
 
 void fm_session_config_default(fm_session_config_t *c)
@@ -68,6 +76,8 @@ void fm_session_config_default(fm_session_config_t *c)
 
 static void send_hello(session_t *s)
 {
+    s->last_hello = fm_clock_seconds();
+    s->hello_due = false;
     Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
     Fedmoe__Hello h = FEDMOE__HELLO__INIT;
     h.client_id = (char *)s->cfg->id;
@@ -288,6 +298,8 @@ static void drop_run(session_t *s)
     s->run_id[0] = 0;
     s->last_round = 0;
     snap_free(&s->pre);
+    free(s->sent.bytes);
+    s->sent.bytes = NULL;
 }
 
 /* A heartbeat when one is due; also called between training steps, so a client
@@ -318,6 +330,7 @@ static bool on_progress(void *user)
 static fm_status handle_welcome(session_t *s, const Fedmoe__Welcome *w)
 {
     s->away_since = 0.0;
+    s->hello_due = false;
     if (s->run_id[0] && strcmp(s->run_id, w->run_id) == 0)
         return FM_OK; /* a repeated welcome for the run we are in */
     if (s->run_id[0])
@@ -429,9 +442,15 @@ static fm_status upload(session_t *s, uint32_t round, const uint8_t *nonce, cons
     st = fm_exchange_encode_update(&s->spec, &s->dims, &u, &buf, &len);
     if (st == FM_OK)
         st = fm_wire_send_bytes(s->link.sock, NULL, buf, len);
-    free(buf);
-    if (st != FM_OK)
+    free(s->sent.bytes);
+    s->sent.bytes = st == FM_OK ? buf : NULL;
+    s->sent.len = len;
+    s->sent.round = round;
+    memcpy(s->sent.nonce, nonce, FM_NONCE_BYTES);
+    if (st != FM_OK) {
+        free(buf);
         fm_warn("round %u: update not sent: %s", round, fm_error_last());
+    }
     fm_info("round %u: train loss %.4f, test accuracy %.2f%% (%zu examples), %.1f s", round, ts->train_loss,
             100.0 * ev.accuracy, ev.n, u.metrics.seconds);
     return FM_OK;
@@ -454,6 +473,15 @@ static fm_status handle_task(session_t *s, const Fedmoe__Task *t)
     }
     uint8_t nonce[FM_NONCE_BYTES];
     memcpy(nonce, in.nonce, sizeof nonce);
+    if (s->sent.bytes && in.round == s->sent.round && memcmp(nonce, s->sent.nonce, sizeof nonce) == 0) {
+        /* the task of the update sent last, again (this client said hello again,
+         * or its update was lost on the way): the same update again, not retrained */
+        fm_exchange_task_free(&in);
+        fm_info("round %u: the same task again: its update sent again", s->sent.round);
+        if (fm_wire_send_bytes(s->link.sock, NULL, s->sent.bytes, s->sent.len) != FM_OK)
+            fm_warn("round %u: update not sent: %s", s->sent.round, fm_error_last());
+        return FM_OK;
+    }
     fm_status st = start_round(s, (int)in.round);
     if (st == FM_OK) {
         if (in.model)
@@ -499,7 +527,7 @@ fm_status fm_session_run(const fm_session_config_t *cfg, volatile sig_atomic_t *
         goto out;
     fm_info("client %s connecting to %s (%s)", cfg->id, cfg->connect, cfg->insecure ? "INSECURE" : "CURVE");
     send_hello(&s);
-    double last_hello = fm_clock_seconds(), started = fm_clock_seconds();
+    double started = fm_clock_seconds();
     while (!*stop) {
         zmq_pollitem_t items[2] = {{s.link.sock, 0, ZMQ_POLLIN, 0}, {s.link.mon, 0, ZMQ_POLLIN, 0}};
         if (zmq_poll(items, s.link.mon ? 2 : 1, 500) < 0 && zmq_errno() != EINTR) {
@@ -520,10 +548,8 @@ fm_status fm_session_run(const fm_session_config_t *cfg, volatile sig_atomic_t *
                 st = FM_ERR_IO;
                 break;
             }
-            if (now - last_hello > HELLO_RETRY_S) {
+            if (now - s.last_hello > HELLO_RETRY_S)
                 send_hello(&s);
-                last_hello = now;
-            }
         } else {
             if (s.away_since > 0.0 && cfg->connect_timeout > 0 && now - s.away_since > cfg->connect_timeout) {
                 fm_error_set("the coordinator stopped mid-run and did not come back within %.0f s (--connect-timeout)",
@@ -531,6 +557,8 @@ fm_status fm_session_run(const fm_session_config_t *cfg, volatile sig_atomic_t *
                 st = FM_ERR_IO;
                 break;
             }
+            if (s.hello_due && now - s.last_hello > HELLO_RETRY_S)
+                send_hello(&s);
             beat_if_due(&s);
         }
         if (!(item.revents & ZMQ_POLLIN))
@@ -565,8 +593,14 @@ fm_status fm_session_run(const fm_session_config_t *cfg, volatile sig_atomic_t *
             break;
         case FEDMOE__ENVELOPE__BODY_ERROR:
             fm_warn("coordinator error %u: %.300s", env->error->code, env->error->text);
-            if (env->error->code == FM_WIRE_UNKNOWN_CLIENT) /* a restarted coordinator: introduce ourselves */
-                send_hello(&s);
+            if (env->error->code == FM_WIRE_UNKNOWN_CLIENT) {
+                /* a restarted coordinator: introduce ourselves (once, not once
+                 * per heartbeat queued while it was away) */
+                if (fm_clock_seconds() - s.last_hello > HELLO_RETRY_S)
+                    send_hello(&s);
+                else
+                    s.hello_due = true;
+            }
             if (env->error->code == FM_WIRE_REJECTED || env->error->code == FM_WIRE_VERSION) {
                 fm_error_set("rejected by the coordinator: %.300s", env->error->text);
                 st = FM_ERR_ARG;

@@ -12,7 +12,9 @@
 #   FEDMOE_MIN_CLIENTS   clients a round needs (default FEDMOE_CLIENTS)
 #   FEDMOE_SERVER_ARGS   more fedmoe-server flags, e.g. "--seed 7 --aggregate median"
 #   FEDMOE_CLIENT_ARGS   more fedmoe-client flags
-#   FEDMOE_CONFIG        an INI file of fedmoe-server options, mounted in the container
+#   FEDMOE_CONFIG        an INI file of fedmoe-server options in the container (default
+#                        /etc/fedmoe/fedmoe-server.conf, where compose mounts it; used when
+#                        not empty); the settings above and FEDMOE_SERVER_ARGS win
 #   FEDMOE_COORDINATOR   host:port a client connects to (default coordinator:5555)
 #   FEDMOE_CLIENT_ID     a client's id; default: from FEDMOE_CLIENT_SLOT (a swarm task's
 #                        slot, 1..N: c000..) or JOB_COMPLETION_INDEX (a Kubernetes
@@ -87,7 +89,9 @@ run_coordinator() {
   set -- --bind "tcp://*:5555" --db /data/fedmoe.db --key "$KEYS_C/coordinator.key" --allow "$KEYS_C/clients" \
          --partitions "$clients" --min-clients "${FEDMOE_MIN_CLIENTS:-$clients}" --rounds "${FEDMOE_ROUNDS:-10}" "$@"
   [ -n "${FEDMOE_STRATEGY:-}" ] && set -- "$@" --strategy "$FEDMOE_STRATEGY"
-  [ -n "${FEDMOE_CONFIG:-}" ] && set -- --config "$FEDMOE_CONFIG" "$@"
+  config=${FEDMOE_CONFIG:-/etc/fedmoe/fedmoe-server.conf}
+  if [ -n "${FEDMOE_CONFIG:-}" ] && [ ! -r "$config" ]; then die "FEDMOE_CONFIG: no readable file $config in the container"; fi
+  if [ -s "$config" ]; then set -- --config "$config" "$@"; fi
   # shellcheck disable=SC2086 # FEDMOE_SERVER_ARGS is a list of flags
   exec fedmoe-server "$@" ${FEDMOE_SERVER_ARGS:-}
 }

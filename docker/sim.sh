@@ -2,20 +2,27 @@
 # The main job in containers: a coordinator and N clients of the fedmoe image,
 # CURVE keys made on first start, one line per committed round and the summary
 # (the same as fedmoe-sim's), the round log left on the stack's data volume.
-#   docker/sim.sh [--clients N] [--rounds R] [--strategy S] [--build] [-- FEDMOE-SERVER FLAGS...]
-# Builds the image when the one for this commit is missing (making the base
-# image from Debian's archive where no registry answers). Ctrl-C stops the
-# stack cleanly; run it again with the same settings and the run resumes.
+#   docker/sim.sh [--clients N] [--rounds R] [--strategy S] [--config FILE]
+#                 [--image TAG | --build] [-- FEDMOE-SERVER FLAGS...]
+#   --config FILE   an INI file of fedmoe-server options (fedmoe-server --help)
+#   --image TAG     run this image, never build (default: the image of this
+#                   commit, built when missing, with its base image made from
+#                   Debian's archive where no registry answers)
+# A coordinator restarted mid-run is waited for. Ctrl-C stops the stack
+# cleanly; run it again with the same settings and the run resumes.
+# Environment: FEDMOE_PROJECT (stack name, default fedmoe), FEDMOE_PORT (5555).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(dirname "$here")
-clients=4 rounds=10 strategy="" build=0 extra=()
-usage() { sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+clients=4 rounds=10 strategy="" build=0 image="" config="" extra=()
+usage() { sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
   case "$1" in
     --clients) clients=${2:?--clients needs a number}; shift 2 ;;
     --rounds) rounds=${2:?--rounds needs a number}; shift 2 ;;
     --strategy) strategy=${2:?--strategy needs a name}; shift 2 ;;
+    --config) config=${2:?--config needs a file}; shift 2 ;;
+    --image) image=${2:?--image needs a tag}; shift 2 ;;
     --build) build=1; shift ;;
     -h|--help) usage; exit 0 ;;
     --) shift; extra=("$@"); break ;;
@@ -23,6 +30,11 @@ while (($#)); do
   esac
 done
 [[ $clients =~ ^[1-9][0-9]*$ && $rounds =~ ^[1-9][0-9]*$ ]] || { echo "sim.sh: --clients and --rounds take positive numbers" >&2; exit 2; }
+if [[ -n $config ]]; then
+  [[ -f $config && -r $config ]] || { echo "sim.sh: --config $config: no such readable file" >&2; exit 2; }
+  config=$(cd "$(dirname "$config")" && pwd)/$(basename "$config")
+fi
+[[ -n $image && $build -eq 1 ]] && { echo "sim.sh: --image and --build exclude each other" >&2; exit 2; }
 
 if docker compose version >/dev/null 2>&1; then compose=(docker compose); 
 elif command -v docker-compose >/dev/null; then compose=(docker-compose);
@@ -30,12 +42,17 @@ else echo "sim.sh: no docker compose (scripts/install-deps.sh installs docker-co
 project=${FEDMOE_PROJECT:-fedmoe}
 dc() { "${compose[@]}" -p "$project" -f "$here/compose.yml" "$@"; }
 
-"$here/engine.sh"
-flags=()
-((build)) && flags=(--build)
-image=$("$here/image.sh" "${flags[@]}")
+"$here/engine.sh" || { echo "sim.sh: no Docker engine (see the line above)" >&2; exit 1; }
+if [[ -n $image ]]; then
+  docker image inspect "$image" >/dev/null 2>&1 ||
+    { echo "sim.sh: image $image is not on this Docker engine (docker/image.sh builds fedmoe's; or drop --image)" >&2; exit 1; }
+else
+  flags=()
+  ((build)) && flags=(--build)
+  image=$("$here/image.sh" "${flags[@]}") || { echo "sim.sh: the image could not be built (see above)" >&2; exit 1; }
+fi
 export FEDMOE_IMAGE=$image FEDMOE_CLIENTS=$clients FEDMOE_ROUNDS=$rounds FEDMOE_STRATEGY=$strategy
-export FEDMOE_SERVER_ARGS="${extra[*]:-}"
+export FEDMOE_SERVER_ARGS="${extra[*]:-}" FEDMOE_CONFIG=$config
 dc down --remove-orphans >/dev/null 2>&1 || true
 docker volume rm -f "${project}_slots" >/dev/null  # client ids are claimed anew
 err=$(mktemp)
@@ -57,7 +74,7 @@ stop() { stopped=1; echo; echo "sim.sh: stopping the stack"; dc stop -t 30 >/dev
 trap stop INT TERM
 dc up -d --scale client="$clients" coordinator client 2>"$err" || fail_start "the stack did not start"
 echo "sim.sh: coordinator and $clients clients in containers ($image), $rounds rounds"
-dc run --rm -T history follow 2>/dev/null &
+dc run --rm -T history follow --resume-wait 120 2>/dev/null &
 follow=$!
 # a coordinator that keeps failing (a bad setting, a damaged database) ends the job with its reason
 failed=""

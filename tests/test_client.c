@@ -1,8 +1,9 @@
 /* A real fedmoe-client process against a fake coordinator (a ROUTER socket in
  * this test, speaking the wire protocol by hand): a Task it must refuse is
  * refused with BAD_VALUE and nothing is trained, a good one is trained and
- * answered; a client stopped in the middle of training stops at once, keeps
- * heartbeating while it trains and leaves no partial update. */
+ * answered; a repeated one gets the same update again; a client stopped in the
+ * middle of training stops at once, keeps heartbeating while it trains and
+ * leaves no partial update; a restarted coordinator is greeted once. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -180,6 +181,79 @@ static void test_client_checks_tasks(void **state)
     zmq_ctx_term(ctx);
 }
 
+/* The same Task twice (a client that said hello again, an update lost on the
+ * way): the update it sent is sent again, not retrained. A restarted
+ * coordinator answers each heartbeat queued while it was away with
+ * UNKNOWN_CLIENT: one Hello, not one per error. A resumable Shutdown (the
+ * coordinator stopping mid-run) leaves it waiting; a final one ends it. */
+static void test_client_repeats_and_restarts(void **state)
+{
+    (void)state;
+    void *ctx = zmq_ctx_new(), *sock = router_on_loopback(ctx);
+    char id[64], log[600];
+    fm_run_spec_t spec;
+    fm_run_spec_default(&spec);
+    spec.strategy = FM_STRATEGY_LOCAL;
+    assert_int_equal(fm_run_spec_finish(&spec), FM_OK);
+    pid_t pid = fake_coordinated_client(sock, "repeat", &spec);
+    snprintf(log, sizeof log, "%s/repeat.log", dir);
+    Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT, *e;
+    Fedmoe__Task task = FEDMOE__TASK__INIT;
+    uint8_t nonce[16] = {3, 1, 4, 1, 5};
+    task.round = 1;
+    task.nonce.data = nonce;
+    task.nonce.len = sizeof nonce;
+    task.lr_scale = 1.0f;
+    env.body_case = FEDMOE__ENVELOPE__BODY_TASK;
+    env.task = &task;
+    to_client(sock, &env);
+    e = router_expect(sock, id, FEDMOE__ENVELOPE__BODY_UPDATE);
+    double seconds = e->update->metrics->seconds;
+    fedmoe__envelope__free_unpacked(e, NULL);
+    to_client(sock, &env);
+    e = router_expect(sock, id, FEDMOE__ENVELOPE__BODY_UPDATE);
+    assert_int_equal(e->update->round, 1);
+    assert_true(e->update->metrics->seconds == seconds); /* the same bytes: not trained again */
+    fedmoe__envelope__free_unpacked(e, NULL);
+    assert_true(procs_log_has(log, "the same task again"));
+    /* a burst of UNKNOWN_CLIENT: one Hello */
+    Fedmoe__Error err = FEDMOE__ERROR__INIT;
+    err.code = FM_WIRE_UNKNOWN_CLIENT;
+    err.text = "heartbeat before hello";
+    Fedmoe__Envelope eenv = FEDMOE__ENVELOPE__INIT;
+    eenv.body_case = FEDMOE__ENVELOPE__BODY_ERROR;
+    eenv.error = &err;
+    for (int i = 0; i < 10; i++)
+        to_client(sock, &eenv);
+    e = router_expect(sock, id, FEDMOE__ENVELOPE__BODY_HELLO);
+    fedmoe__envelope__free_unpacked(e, NULL);
+    fm_welcome_pb_t w; /* welcomed back */
+    fm_run_spec_welcome(&spec, "run-fake", 3, 1, &w);
+    Fedmoe__Envelope wenv = FEDMOE__ENVELOPE__INIT;
+    wenv.body_case = FEDMOE__ENVELOPE__BODY_WELCOME;
+    wenv.welcome = &w.welcome;
+    to_client(sock, &wenv);
+    e = procs_recv_kind(sock, FEDMOE__ENVELOPE__BODY_HELLO, 4.0, g_rid, &g_ridn);
+    assert_null(e);
+    /* resumable: it stays; final: it leaves */
+    Fedmoe__Shutdown sd = FEDMOE__SHUTDOWN__INIT;
+    sd.reason = "stopping";
+    sd.resumable = true;
+    Fedmoe__Envelope stop = FEDMOE__ENVELOPE__INIT;
+    stop.body_case = FEDMOE__ENVELOPE__BODY_SHUTDOWN;
+    stop.shutdown = &sd;
+    to_client(sock, &stop);
+    e = router_expect(sock, id, FEDMOE__ENVELOPE__BODY_HEARTBEAT); /* still beating */
+    fedmoe__envelope__free_unpacked(e, NULL);
+    usleep(500000);
+    assert_int_equal(waitpid(pid, NULL, WNOHANG), 0);
+    sd.resumable = false;
+    to_client(sock, &stop);
+    assert_int_equal(procs_wait(pid, 30), 0);
+    router_close(sock);
+    zmq_ctx_term(ctx);
+}
+
 /* SIGTERM while a long local step runs: the client leaves within seconds, with
  * status 0, sends no update, and writes no state for the unfinished round. */
 static void test_client_stops_mid_training(void **state)
@@ -280,6 +354,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_client_checks_tasks),
         cmocka_unit_test(test_client_stops_mid_training),
+        cmocka_unit_test(test_client_repeats_and_restarts),
         cmocka_unit_test(test_client_refuses_data_paths),
     };
     return procs_run_tests("client", tests, sizeof tests / sizeof tests[0], dir, sizeof dir);
