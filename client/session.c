@@ -584,7 +584,7 @@ fm_status fm_session_run(const fm_session_config_t *cfg, volatile sig_atomic_t *
             if (env->shutdown->resumable && s.run_id[0]) {
                 /* (a restart, an upgrade): ZeroMQ reconnects, and the heartbeat
                  * a restarted coordinator does not know brings a new welcome */
-                fm_info("coordinator stopping: %.200s; waiting for it", env->shutdown->reason);
+                fm_info("%.200s: waiting for it", env->shutdown->reason);
                 s.away_since = fm_clock_seconds();
                 break;
             }

@@ -91,5 +91,6 @@ back=$(awk -F, -v id="$cut_id" 'NR > 1 && $3 == id && $2 >= 4 && $4 == "complete
 [[ $back -ge 1 ]] || fail "the cut-off client $cut_id did not rejoin: $(grep ",$cut_id," "$work/clients.csv")"
 [[ $(client_rows 7 | grep -c ' completed') -eq 4 ]] || fail "not all 4 clients in round 7: $(client_rows 7)"
 [[ $(history_tool check) == ok ]] || fail "integrity check: $(history_tool check)"
-grep -q "stopping: run .* left resumable" <(docker logs "$coord" 2>&1) || fail "the coordinator did not stop cleanly on docker restart"
+grep -q "stopping: run .* left resumable" "$work/stack.log" || fail "the coordinator did not stop cleanly on docker restart"
+grep -q "waiting for it" "$work/stack.log" || fail "no client waited for the restarted coordinator"
 echo "docker_faults: OK: 7 rounds exactly once; $killed_id (docker kill) dropped and back, $crashed_id crashed and restarted, $cut_id cut off 9 s, dropped and back; coordinator restarted and killed, resumed both times; integrity ok"
