@@ -25,7 +25,8 @@ while kill -0 $sim 2>/dev/null; do
     f=/sys/fs/cgroup/memory/docker/$id/memory.max_usage_in_bytes
     [[ -r $f ]] || continue
     svc=$(docker inspect -f '{{index .Config.Labels "com.docker.compose.service"}}' "$id" 2>/dev/null) || continue
-    echo "$svc $(cat "$f")" > "$work/peak-$id"
+    v=$(cat "$f" 2>/dev/null) || continue  # (gone meanwhile)
+    echo "$svc $v" > "$work/peak-$id"
   done
   used=$(free -b | awk '/^Mem:/ { print $3 }')
   ((used > used_peak)) && used_peak=$used
@@ -35,13 +36,13 @@ rc=0
 wait $sim || rc=$?
 e=$(date +%s.%N)
 grep -E '^ +[0-9]+ +[0-9]+/[0-9]+ ' "$work/sim.out" || true
-grep -E 'rounds  |final test accuracy|mean round time' "$work/sim.out" || true
+grep -E 'rounds  |final test accuracy|mean round time|wall time' "$work/sim.out" || true
 [[ $rc -eq 0 ]] || { echo "docker_scale: sim.sh exited with $rc:"; tail -20 "$work/sim.out"; exit 1; }
-echo "commit $(git -C "$root" describe --always --dirty), $clients client containers, $rounds rounds, wall $(echo "$e - $s" | bc | xargs printf '%.0f') s (sim.sh from the image present)"
-cat "$work"/peak-* | awk -v used="$used_peak" '
-  $1 == "client" { c[++n] = $2 } $1 == "coordinator" { k = $2 }
-  END {
-    asort(c)
-    printf "peak memory per client container: median %.0f MB, largest %.0f MB (%d containers); coordinator %.0f MB; machine in use at most %.1f GB\n",
-      c[int((n + 1) / 2)] / 1e6, c[n] / 1e6, n, k / 1e6, used / 1e9
-  }'
+echo "image $image, $clients client containers, $rounds rounds, wall $(echo "$e - $s" | bc | xargs printf '%.0f') s (sim.sh from the image present)"
+mb() { awk '{ printf "%.0f", $1 / 1e6 }'; }
+grep -h '^client ' "$work"/peak-* | cut -d' ' -f2 | sort -n > "$work/clients.peak"
+n=$(wc -l < "$work/clients.peak")
+echo "peak memory per client container: median $(sed -n "$(((n + 1) / 2))p" "$work/clients.peak" | mb) MB," \
+  "largest $(tail -1 "$work/clients.peak" | mb) MB ($n containers);" \
+  "coordinator $(grep -h '^coordinator ' "$work"/peak-* | cut -d' ' -f2 | mb) MB;" \
+  "machine in use at most $(echo "$used_peak" | awk '{ printf "%.1f", $1 / 1e9 }') GB"
