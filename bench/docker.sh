@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Containers, measured (BENCHMARKS.md "Containers"):
 #  1. from a cold cache: the base image (debootstrap) and the image build, and the image's size;
-#  2. RUNS times: docker/sim.sh with CLIENTS clients and ROUNDS rounds: the time from
-#     `up` to the first committed round, the wall time, the final accuracy;
-#  3. the same settings as fedmoe-sim processes: the final accuracy and the final
-#     global model's checkpoint digest must be the same as in containers.
+#  2. RUNS times: docker/sim.sh with CLIENTS clients and ROUNDS rounds on the
+#     image just built: the time from its start (the stack's `up`, keys made)
+#     to the first committed round on its screen, the wall time, the final accuracy;
+#  3. the same settings as fedmoe-sim processes, with the image's programs (in
+#     one container) and with this machine's build (BUILD, -march=native): the
+#     final accuracy and the final global model's checkpoint digest, to compare
+#     with the containers'.
 #   bench/docker.sh [BUILD=build] [RUNS=3] [CLIENTS=4] [ROUNDS=3]
 set -euo pipefail
 build=${1:-build} runs=${2:-3} clients=${3:-4} rounds=${4:-3}
@@ -27,20 +30,23 @@ PY
 }
 for i in $(seq 1 "$runs"); do
   p=fedmoe-bench-$$-$i
-  s=$(date +%s.%N)
-  FEDMOE_PROJECT=$p "$root/docker/sim.sh" --clients "$clients" --rounds "$rounds" > "$work/sim-$i.out" 2>&1
+  s=$(date +%s.%N) first=""
+  FEDMOE_PROJECT=$p "$root/docker/sim.sh" --image "$image" --clients "$clients" --rounds "$rounds" > "$work/sim-$i.out" 2>&1 &
+  sim=$!
+  while kill -0 $sim 2>/dev/null; do
+    [[ -z $first ]] && grep -qE '^ +1 ' "$work/sim-$i.out" && first=$(echo "$(date +%s.%N) - $s" | bc)
+    sleep 0.1
+  done
+  wait $sim || { echo "containers run $i: sim.sh failed:"; tail "$work/sim-$i.out"; exit 1; }
   e=$(date +%s.%N)
   docker run --rm -v "${p}_data:/data" -v "$work:/out" --user 0 "$image" sh -c "cp /data/fedmoe.db /out/docker-$i.db"
-  first=$(/usr/bin/python3 - "$work/docker-$i.db" <<'PY'
-import sqlite3, sys, datetime as d
-c = sqlite3.connect(sys.argv[1])
-st, fin = c.execute("SELECT r.started_at, (SELECT finished_at FROM rounds WHERE round = 1) FROM runs r").fetchone()
-f = lambda x: d.datetime.fromisoformat(x.replace("Z", "+00:00"))
-print(f"{(f(fin) - f(st)).total_seconds():.1f}")
-PY
-)
-  echo "containers run $i: run start to round 1 committed $first s, wall $(echo "$e - $s" | bc | xargs printf '%.1f') s (sim.sh, image cached), final $(digest "$work/docker-$i.db")"
+  printf 'containers run %d: sim.sh start to round 1 shown %.1f s, wall %.1f s (image present), final %s\n' \
+    "$i" "$first" "$(echo "$e - $s" | bc)" "$(digest "$work/docker-$i.db")"
   docker-compose -p "$p" -f "$root/docker/compose.yml" down -v >/dev/null 2>&1 || docker compose -p "$p" -f "$root/docker/compose.yml" down -v >/dev/null 2>&1 || true
 done
+mkdir -m 777 "$work/img"
+docker run --rm -v "$work/img:/out" "$image" fedmoe-sim --clients "$clients" --rounds "$rounds" --db /out/sim.db \
+  --workdir /out/w > "$work/img-sim.out" 2>&1
+echo "processes (fedmoe-sim of the image, in one container, same settings): final $(digest "$work/img/sim.db")"
 "$root/$build/client/fedmoe-sim" --clients "$clients" --rounds "$rounds" --db "$work/sim.db" --workdir "$work/w" > "$work/sim.out" 2>&1
-echo "processes (fedmoe-sim, same settings): final $(digest "$work/sim.db")"
+echo "processes (fedmoe-sim of $build, this machine's build, same settings): final $(digest "$work/sim.db")"
