@@ -39,7 +39,7 @@ for i in $(seq 1 "$runs"); do
   done
   wait $sim || { echo "containers run $i: sim.sh failed:"; tail "$work/sim-$i.out"; exit 1; }
   e=$(date +%s.%N)
-  docker run --rm -v "${p}_data:/data" -v "$work:/out" --user 0 "$image" sh -c "cp /data/fedmoe.db /out/docker-$i.db"
+  docker run --rm -v "${p}_data:/data" -v "$work:/out" --user 0 "$image" sh -c "cp /data/fedmoe.db /out/docker-$i.db; if [ -f /data/fedmoe.db-wal ]; then cp /data/fedmoe.db-wal /out/docker-$i.db-wal; fi"
   printf 'containers run %d: sim.sh start to round 1 shown %.1f s, wall %.1f s (image present), final %s\n' \
     "$i" "$first" "$(echo "$e - $s" | bc)" "$(digest "$work/docker-$i.db")"
   docker-compose -p "$p" -f "$root/docker/compose.yml" down -v >/dev/null 2>&1 || docker compose -p "$p" -f "$root/docker/compose.yml" down -v >/dev/null 2>&1 || true
