@@ -6,26 +6,36 @@
 #     to the first committed round on its screen, the wall time, the final accuracy;
 #  3. the same settings as fedmoe-sim processes, with the image's programs (in
 #     one container) and with this machine's build (BUILD, -march=native): the
-#     final accuracy and the final global model's checkpoint digest, to compare
-#     with the containers'.
-#   bench/docker.sh [BUILD=build] [RUNS=3] [CLIENTS=4] [ROUNDS=3]
+#     final accuracy and the digest of the final global vector and prompt, to
+#     compare with the containers'.
+#   bench/docker.sh [BUILD=build] [RUNS=3] [CLIENTS=4] [ROUNDS=3] [COLD=1]   (COLD=0: keep the images, skip 1.)
 set -euo pipefail
-build=${1:-build} runs=${2:-3} clients=${3:-4} rounds=${4:-3}
+build=${1:-build} runs=${2:-3} clients=${3:-4} rounds=${4:-3} cold=${5:-1}
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d /tmp/fedmoe-bench-docker-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 "$root/docker/engine.sh"
-docker rmi -f $(docker images -q fedmoe/fedmoe) fedmoe/debian:bookworm >/dev/null 2>&1 || true
-docker builder prune -af >/dev/null 2>&1 || true
-t0=$(date +%s.%N); "$root/docker/base-image.sh" >/dev/null; t1=$(date +%s.%N)
-image=$("$root/docker/image.sh" 2>/dev/null); t2=$(date +%s.%N)
-echo "cold: base image $(echo "$t1 - $t0" | bc | xargs printf '%.0f') s, image build $(echo "$t2 - $t1" | bc | xargs printf '%.0f') s, size $(docker image inspect -f '{{.Size}}' "$image" | awk '{printf "%.0f MB", $1/1e6}')"
-digest() { # DB: the last committed round's checkpoint digest and accuracy
+if ((cold)); then
+  docker rmi -f $(docker images -q fedmoe/fedmoe) fedmoe/debian:bookworm >/dev/null 2>&1 || true
+  docker builder prune -af >/dev/null 2>&1 || true
+  t0=$(date +%s.%N); "$root/docker/base-image.sh" >/dev/null; t1=$(date +%s.%N)
+  image=$("$root/docker/image.sh" 2>/dev/null); t2=$(date +%s.%N)
+  echo "cold: base image $(echo "$t1 - $t0" | bc | xargs printf '%.0f') s, image build $(echo "$t2 - $t1" | bc | xargs printf '%.0f') s, size $(docker image inspect -f '{{.Size}}' "$image" | awk '{printf "%.0f MB", $1/1e6}')"
+else
+  image=$("$root/docker/image.sh")
+fi
+digest() { # DB: SHA-256 of the final global vector and prompt (from the last checkpoint), and the accuracy
   /usr/bin/python3 - "$1" <<'PY'
-import sqlite3, sys
+import hashlib, sqlite3, struct, sys
 c = sqlite3.connect(sys.argv[1])
-r = c.execute("SELECT checkpoint_sha256, test_accuracy FROM rounds ORDER BY run_id DESC, round DESC LIMIT 1").fetchone()
-print(f"{r[0][:16]} {100*r[1]:.2f}%")
+blob, = c.execute("SELECT state FROM checkpoints ORDER BY run_id DESC, round DESC LIMIT 1").fetchone()
+acc, = c.execute("SELECT test_accuracy FROM rounds ORDER BY run_id DESC, round DESC LIMIT 1").fetchone()
+off = 16 + 4  # header, round
+ng, = struct.unpack_from("<Q", blob, off); off += 8
+g = blob[off:off + 4 * ng]; off += 4 * ng
+npr, = struct.unpack_from("<Q", blob, off); off += 8
+p = blob[off:off + 4 * npr]
+print(f"global {hashlib.sha256(g + p).hexdigest()[:16]} {100 * acc:.2f}%")
 PY
 }
 for i in $(seq 1 "$runs"); do
