@@ -53,6 +53,7 @@ typedef struct {
     double last_beat;
     double away_since;      /* > 0: the coordinator stopped mid-run then (waiting for it) */
     double last_hello;
+    uint32_t task_round;    /* the round of the newest Task taken (0: none), for heartbeats */
     bool hello_due;         /* a restarted coordinator asked who we are: a Hello, rate-limited */
     struct {                /* the last update sent, as sent: a repeated task gets it again */
         uint8_t *bytes;
@@ -297,6 +298,7 @@ static void drop_run(session_t *s)
     s->vec = NULL;
     s->run_id[0] = 0;
     s->last_round = 0;
+    s->task_round = 0;
     snap_free(&s->pre);
     free(s->sent.bytes);
     s->sent.bytes = NULL;
@@ -314,6 +316,9 @@ static void beat_if_due(session_t *s)
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     hb.unix_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+    hb.progress = true;
+    hb.task_round = s->task_round;
+    hb.sent_round = s->sent.bytes ? s->sent.round : 0;
     env.body_case = FEDMOE__ENVELOPE__BODY_HEARTBEAT;
     env.heartbeat = &hb;
     fm_wire_send(s->link.sock, NULL, &env);
@@ -484,6 +489,7 @@ static fm_status handle_task(session_t *s, const Fedmoe__Task *t)
     }
     fm_status st = start_round(s, (int)in.round);
     if (st == FM_OK) {
+        s->task_round = in.round;
         if (in.model)
             fm_federated_unpack(s->model, s->spec.strategy, in.model);
 #ifdef FM_BENCH_ATTACK

@@ -102,6 +102,7 @@ void fm_coord_send_task(fm_coordinator_t *c, fm_participant_t *p)
         fm_errorf("round %d: cannot build the task for %s: %s", c->round.number, cl->id, fm_error_last());
         return;
     }
+    p->task_sent_at = c->now;
     if (c->send(c->send_user, cl->id, buf, len) == FM_OK) {
         p->row.bytes_down += (int64_t)len;
         c->bytes_down += (int64_t)len;
@@ -379,6 +380,28 @@ static void handle_update(fm_coordinator_t *c, const char *id, int slot, const F
 
 /* ---- messages --------------------------------------------------------------- */
 
+/* A participant still awaited whose heartbeat says it never got this round's
+ * Task (TASK_LOST_S after it was sent: time for a large Task to arrive), or
+ * that it sent its Update (which would have come first on its connection):
+ * the message was lost, with the connection that carried it; the Task goes
+ * again (a client answers a repeated Task with the Update it sent), at most
+ * once per TASK_LOST_S. */
+#define TASK_LOST_S 10.0
+static void check_progress(fm_coordinator_t *c, int slot, const Fedmoe__Heartbeat *hb)
+{
+    fm_participant_t *p = c->round.state == FM_ROUND_OPEN ? fm_round_find(&c->round, slot) : NULL;
+    if (!hb->progress || !p || p->state != FM_PART_AWAITED || c->now - p->task_sent_at < TASK_LOST_S)
+        return;
+    uint32_t r = (uint32_t)c->round.number;
+    bool no_task = hb->task_round < r, update_lost = hb->sent_round >= r;
+    if (!no_task && !update_lost)
+        return;
+    if (fm_log_limit_take(&c->resends, c->now, WARNINGS_PER_SECOND, "task resends"))
+        fm_info("round %d: client %s %s: its task sent again", c->round.number, fm_registry_at(c->reg, slot)->id,
+                no_task ? "never got its task" : "sent an update that never came");
+    fm_coord_send_task(c, p);
+}
+
 void fm_coordinator_handle(fm_coordinator_t *c, const char *id, const uint8_t *data, size_t len, double now)
 {
     Fedmoe__Envelope *env = NULL;
@@ -411,6 +434,8 @@ void fm_coordinator_handle(fm_coordinator_t *c, const char *id, const uint8_t *d
     case FEDMOE__ENVELOPE__BODY_HEARTBEAT:
         if (!known)
             send_error(c, id, FM_WIRE_UNKNOWN_CLIENT, "heartbeat before hello");
+        else
+            check_progress(c, slot, env->heartbeat);
         break;
     case FEDMOE__ENVELOPE__BODY_ERROR:
         fm_warn("client %s reports error %u: %.200s", id, env->error->code, env->error->text);

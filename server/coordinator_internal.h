@@ -36,6 +36,7 @@ struct fm_coordinator {
     double started;               /* the time of the first message or tick */
     bool started_set;
     fm_log_limit_t refusals;      /* refusal warnings, at most WARNINGS_PER_SECOND */
+    fm_log_limit_t resends;       /* "task sent again" lines, likewise */
     double waiting_logged;
     bool finished;
 };

@@ -335,6 +335,7 @@ fm_status fm_coordinator_tick(fm_coordinator_t *c, double now)
         return FM_OK;
     fm_coord_set_now(c, now);
     fm_log_limit_flush(&c->refusals, now, "refusals");
+    fm_log_limit_flush(&c->resends, now, "task resends");
     sweep_silent(c, now);
     fm_status st = FM_OK;
     if (c->round.state == FM_ROUND_OPEN && (st = decide(c, now)) != FM_OK)

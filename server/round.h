@@ -49,6 +49,7 @@ typedef struct {
     uint8_t nonce[16];         /* its Task's nonce (FM_NONCE_BYTES), fresh at the round's opening */
     float *prompt;             /* uploaded prompt, staged until the round commits (owned) */
     double norm[2];            /* its update's L2 distance from the state sent (model, prompt), before clipping */
+    double task_sent_at;       /* when its Task was last sent (the caller's clock) */
     fm_client_round_row_t row; /* its line in the round log */
 } fm_participant_t;
 

@@ -116,6 +116,18 @@ void heartbeat(fm_coordinator_t *c, const char *id, double now)
     inject(c, id, &env, now);
 }
 
+void heartbeat_progress(fm_coordinator_t *c, const char *id, uint32_t task_round, uint32_t sent_round, double now)
+{
+    Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
+    Fedmoe__Heartbeat hb = FEDMOE__HEARTBEAT__INIT;
+    hb.progress = true;
+    hb.task_round = task_round;
+    hb.sent_round = sent_round;
+    env.body_case = FEDMOE__ENVELOPE__BODY_HEARTBEAT;
+    env.heartbeat = &hb;
+    inject(c, id, &env, now);
+}
+
 /* The Update a client sends back for its newest Task: the task's model plus
  * delta in every value; SHORT sends a model one value short, NOT_FINITE one
  * with a NaN in it. */

@@ -36,6 +36,8 @@ fm_coordinator_t *open_run(fm_server_config_t *cfg, const char *const *ids, int 
 void inject(fm_coordinator_t *c, const char *id, Fedmoe__Envelope *env, double now);
 void hello(fm_coordinator_t *c, const char *id, uint64_t samples, double now);
 void heartbeat(fm_coordinator_t *c, const char *id, double now);
+/* A heartbeat that reports the client's progress (the newest Task and Update rounds). */
+void heartbeat_progress(fm_coordinator_t *c, const char *id, uint32_t task_round, uint32_t sent_round, double now);
 typedef enum { HONEST, SHORT, NOT_FINITE, REPLAYED, PERFECT_SCORE } fault_t;
 /* The Update for id's newest Task: its model plus delta in every value, with
  * procs_fake_counts(samples); the fault changes one thing (one value short, a

@@ -100,6 +100,36 @@ static void test_rehello_gets_task_again(void **state)
     finish(&c);
 }
 
+/* A Task or an Update lost on the way (a connection replaced under load): the
+ * client's heartbeats say it has no Task for the round, or that it sent an
+ * Update that never came; 10 s after the Task went out it goes again, at most
+ * once per 10 s. Heartbeats without progress (older clients) change nothing. */
+static void test_lost_task_sent_again(void **state)
+{
+    (void)state;
+    fm_server_config_t cfg;
+    const char *ids[] = {"a", "b"};
+    fm_coordinator_t *c = open_run(&cfg, ids, 2, 2, 100);
+    assert_int_equal(count_sent("b", FEDMOE__ENVELOPE__BODY_TASK, NULL), 1);
+    heartbeat_progress(c, "b", 0, 0, 5.0); /* the Task may still be on its way */
+    heartbeat(c, "b", 11.0);               /* no progress reported */
+    assert_int_equal(count_sent("b", FEDMOE__ENVELOPE__BODY_TASK, NULL), 1);
+    heartbeat_progress(c, "b", 0, 0, 11.5);
+    assert_int_equal(count_sent("b", FEDMOE__ENVELOPE__BODY_TASK, NULL), 2);
+    heartbeat_progress(c, "b", 0, 0, 12.5); /* just sent again */
+    update(c, "a", 0.0f, 100, HONEST, 13.0);
+    heartbeat_progress(c, "a", 1, 1, 24.0); /* a's update came: nothing to do */
+    assert_int_equal(count_sent("a", FEDMOE__ENVELOPE__BODY_TASK, NULL), 1);
+    assert_int_equal(count_sent("b", FEDMOE__ENVELOPE__BODY_TASK, NULL), 2);
+    heartbeat_progress(c, "b", 1, 0, 24.0); /* training it */
+    assert_int_equal(count_sent("b", FEDMOE__ENVELOPE__BODY_TASK, NULL), 2);
+    heartbeat_progress(c, "b", 1, 1, 25.0); /* its update was lost */
+    assert_int_equal(count_sent("b", FEDMOE__ENVELOPE__BODY_TASK, NULL), 3);
+    update(c, "b", 0.0f, 100, HONEST, 26.0);
+    expect_rounds(c, &cfg, 26.1, 1);
+    finish(&c);
+}
+
 /* Quorum 3 of 3 with one client that heartbeats but never uploads: the deadline
  * is extended FM_ROUND_MAX_EXTENSIONS times, then the client is dropped and the
  * round abandoned; after failing twice it sits out (no round opens without it),
@@ -216,6 +246,7 @@ int main(void)
         cmocka_unit_test(test_deadline_with_straggler),
         cmocka_unit_test(test_refused_update_ends_its_part),
         cmocka_unit_test(test_rehello_gets_task_again),
+        cmocka_unit_test(test_lost_task_sent_again),
         cmocka_unit_test(test_silent_worker_capped),
         cmocka_unit_test(test_run_goes_on_without_silent_worker),
         cmocka_unit_test(test_resume_from_checkpoint),

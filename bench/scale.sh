@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The coordinator under load (BENCHMARKS.md "Scale"): for each N, a real
+# fedmoe-server (CURVE, keys for N clients) and fedmoe-loadgen with N
+# protocol-correct clients that answer every Task at once (or spread over
+# SPREAD s), ROUNDS rounds of STRATEGY. Prints per N: the coordinator's peak
+# RSS (VmHWM) and its ratio to the model's size, the median round wall time
+# (the rounds table), and the coordinator's CPU time per round (utime + stime
+# over the run, start-up included, divided by the rounds).
+#   bench/scale.sh [BUILD=build] [NS="10 100 1000"] [ROUNDS=5] [STRATEGY=full] [SPREAD=0]
+set -euo pipefail
+build=${1:-build} ns=${2:-10 100 1000} rounds=${3:-5} strategy=${4:-full} spread=${5:-0}
+root=$(cd "$(dirname "$0")/.." && pwd)
+bin=$root/$build
+work=$(mktemp -d /tmp/fedmoe-bench-scale-XXXXXX)
+trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
+mkdir "$work/keys" "$work/server"
+chmod 700 "$work/keys" "$work/server"
+"$bin/server/fedmoe-keygen" --out "$work/server" coordinator >/dev/null
+port=$((20000 + RANDOM % 20000))
+printf '| clients | peak RSS | RSS / model | median round | CPU per round | CPU per client-round |\n|--:|--:|--:|--:|--:|--:|\n'
+for n in $ns; do
+  "$bin/bench/fedmoe-loadgen" --keys "$work/keys" --clients "$n" --make-keys
+  db=$work/scale-$n.db
+  "$bin/server/fedmoe-server" --bind "tcp://127.0.0.1:$port" --db "$db" --key "$work/server/coordinator.key" \
+    --allow "$work/keys" --rounds "$rounds" --min-clients "$n" --partitions "$n" --strategy "$strategy" \
+    --max-connections $((n + 64)) > "$work/server-$n.log" 2>&1 &
+  server=$!
+  sleep 0.5
+  "$bin/bench/fedmoe-loadgen" --connect "tcp://127.0.0.1:$port" --clients "$n" --keys "$work/keys" \
+    --server-key "$work/server/coordinator.pub" --spread "$spread" > "$work/loadgen-$n.log" 2>&1 &
+  loadgen=$!
+  hwm=0 cpu=0
+  tck=$(getconf CLK_TCK)
+  while kill -0 $server 2>/dev/null; do
+    h=$(awk '/^VmHWM/ { print $2 }' /proc/$server/status 2>/dev/null || echo 0)
+    c=$(awk '{ print $14 + $15 }' /proc/$server/stat 2>/dev/null || echo 0)
+    [[ -n $h && $h -gt $hwm ]] && hwm=$h
+    [[ -n $c && $c -gt $cpu ]] && cpu=$c
+    sleep 0.1
+  done
+  wait $server || { echo "N=$n: the coordinator failed:"; tail -5 "$work/server-$n.log"; exit 1; }
+  wait $loadgen || true
+  model=$(sed -n 's/.*federated vector \([0-9]*\) floats.*/\1/p' "$work/loadgen-$n.log" | head -1)
+  /usr/bin/python3 - "$db" "$n" "$hwm" "$cpu" "$tck" "$model" "$rounds" <<'PY'
+import sqlite3, statistics, sys
+db, n, hwm, cpu, tck, model, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7])
+secs = [r[0] for r in sqlite3.connect(db).execute("SELECT seconds FROM rounds ORDER BY round")]
+assert len(secs) == rounds, f"{len(secs)} rounds of {rounds}"
+mb = hwm / 1024
+cpu_round = cpu / tck / rounds
+print(f"| {n:,} | {mb:.0f} MB | {hwm * 1024 / (4 * model):.0f} | {statistics.median(secs):.2f} s | {cpu_round:.2f} s | {1000 * cpu_round / n:.1f} ms |")
+PY
+  port=$((port + 1))
+done
+echo "(model: $(sed -n 's/.*federated vector \([0-9]*\) floats.*/\1/p' "$work"/loadgen-*.log | head -1) floats; strategy $strategy, $rounds rounds, spread ${spread} s; commit $(git -C "$root" describe --always --dirty))"
