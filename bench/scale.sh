@@ -12,7 +12,7 @@ build=${1:-build} ns=${2:-10 100 1000} rounds=${3:-5} strategy=${4:-full} spread
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=$root/$build
 work=$(mktemp -d /tmp/fedmoe-bench-scale-XXXXXX)
-trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 mkdir "$work/keys" "$work/server"
 chmod 700 "$work/keys" "$work/server"
 "$bin/server/fedmoe-keygen" --out "$work/server" coordinator >/dev/null

@@ -20,48 +20,13 @@
 #include "fedmoe/train.h"
 #include "fedmoe/wire.h"
 #include "link.h"
+#include "session_internal.h"
 #ifdef FM_BENCH_ATTACK
 #include "attack.h" /* bench/: the robust-aggregation benchmark's attacker only */
 #endif
 
 #define HELLO_RETRY_S 3.0
 #define HEARTBEAT_S 1.0
-#define STATE_VERSION 2u /* 1: the unframed layout before fedmoe/checkpoint.h */
-
-typedef struct {
-    int round;              /* -1: empty */
-    float *a[FM_GROUP_COUNT][3];
-    int64_t steps[2];
-    fm_rng_t rng;
-} snapshot_t;
-
-typedef struct {
-    const fm_session_config_t *cfg;
-    volatile sig_atomic_t *stop; /* set by a signal: leave, even mid-training */
-    fm_link_t link;       /* the connection to the coordinator */
-    char run_id[64];
-    fm_run_spec_t spec;
-    int partition;
-    fm_client_data_t data;
-    bool have_data;
-    fm_model_t *model;
-    fm_trainer_t *trainer;
-    fm_exchange_dims_t dims;
-    float *vec;             /* federated vector scratch */
-    int last_round;         /* last round trained (0: none) */
-    snapshot_t pre;         /* the state from before round pre.round (= last_round) */
-    double last_beat;
-    double away_since;      /* > 0: the coordinator stopped mid-run then (waiting for it) */
-    double last_hello;
-    uint32_t task_round;    /* the round of the newest Task taken (0: none), for heartbeats */
-    bool hello_due;         /* a restarted coordinator asked who we are: a Hello, rate-limited */
-    struct {                /* the last update sent, as sent: a repeated task gets it again */
-        uint8_t *bytes;
-        size_t len;
-        uint32_t round;
-        uint8_t nonce[FM_NONCE_BYTES];
-    } sent;
-} session_t;
 
 void fm_session_config_default(fm_session_config_t *c)
 {
@@ -98,195 +63,6 @@ static void send_hello(session_t *s)
         fm_warn("hello not sent: %s", fm_error_last());
 }
 
-static void state_path(const session_t *s, char *out, size_t cap)
-{
-    snprintf(out, cap, "%s/%s.%s.state", s->cfg->state_dir, s->run_id, s->cfg->id);
-}
-
-/* Everything a round changes on a client: every group's weights and moments, the
- * AdamW step counts and the shuffling generator. */
-static void snap_free(snapshot_t *n)
-{
-    for (int g = 0; g < FM_GROUP_COUNT; g++)
-        for (int k = 0; k < 3; k++) {
-            free(n->a[g][k]);
-            n->a[g][k] = NULL;
-        }
-    n->round = -1;
-}
-
-/* The live state as a snapshot that points into the model (not owned: never
- * pass it to snap_free). */
-static snapshot_t snap_view(session_t *s, int round)
-{
-    fm_params_t *ps = fm_model_params(s->model);
-    snapshot_t v = {.round = round};
-    for (int g = 0; g < FM_GROUP_COUNT; g++) {
-        v.a[g][0] = ps->groups[g].w;
-        v.a[g][1] = ps->groups[g].m;
-        v.a[g][2] = ps->groups[g].v;
-    }
-    v.steps[0] = fm_trainer_steps(s->trainer, FM_LEVEL_LOWER);
-    v.steps[1] = fm_trainer_steps(s->trainer, FM_LEVEL_UPPER);
-    v.rng = *fm_trainer_rng(s->trainer);
-    return v;
-}
-
-static fm_status snap_take(session_t *s, snapshot_t *n, int round)
-{
-    fm_params_t *ps = fm_model_params(s->model);
-    snapshot_t live = snap_view(s, round);
-    for (int g = 0; g < FM_GROUP_COUNT; g++) {
-        size_t sz = ps->groups[g].size;
-        for (int k = 0; k < 3; k++) {
-            if (!n->a[g][k] && !(n->a[g][k] = malloc(4 * (sz ? sz : 1))))
-                return FM_ERR_NOMEM;
-            memcpy(n->a[g][k], live.a[g][k], 4 * sz);
-        }
-    }
-    memcpy(n->steps, live.steps, sizeof n->steps);
-    n->rng = live.rng;
-    n->round = round;
-    return FM_OK;
-}
-
-static void snap_restore(session_t *s, const snapshot_t *n)
-{
-    fm_params_t *ps = fm_model_params(s->model);
-    for (int g = 0; g < FM_GROUP_COUNT; g++) {
-        size_t sz = ps->groups[g].size;
-        float *dst[3] = {ps->groups[g].w, ps->groups[g].m, ps->groups[g].v};
-        for (int k = 0; k < 3; k++)
-            memcpy(dst[k], n->a[g][k], 4 * sz);
-    }
-    fm_trainer_set_steps(s->trainer, (long)n->steps[0], (long)n->steps[1]);
-    *fm_trainer_rng(s->trainer) = n->rng;
-}
-
-static void put_snapshot(fm_ckpt_writer_t *w, session_t *s, const snapshot_t *n)
-{
-    fm_params_t *ps = fm_model_params(s->model);
-    fm_ckpt_put_u32(w, (uint32_t)n->round);
-    fm_ckpt_put_u64(w, (uint64_t)n->steps[0]);
-    fm_ckpt_put_u64(w, (uint64_t)n->steps[1]);
-    fm_ckpt_put_u32(w, n->rng.key[0]);
-    fm_ckpt_put_u32(w, n->rng.key[1]);
-    fm_ckpt_put_u64(w, n->rng.stream);
-    fm_ckpt_put_u64(w, n->rng.counter);
-    for (int i = 0; i < 4; i++)
-        fm_ckpt_put_u32(w, n->rng.buf[i]);
-    fm_ckpt_put_u32(w, (uint32_t)n->rng.used);
-    for (int g = 0; g < FM_GROUP_COUNT; g++) {
-        fm_ckpt_put_u64(w, ps->groups[g].size);
-        for (int k = 0; k < 3; k++)
-            fm_ckpt_put_floats(w, n->a[g][k], ps->groups[g].size);
-    }
-}
-
-/* Reads a snapshot of this model's layout; every value must be finite. */
-static bool get_snapshot(fm_ckpt_reader_t *r, session_t *s, snapshot_t *n)
-{
-    fm_params_t *ps = fm_model_params(s->model);
-    uint32_t round, used, k0, k1;
-    uint64_t steps[2];
-    bool ok = fm_ckpt_get_u32(r, &round) && round < (1u << 30) && fm_ckpt_get_u64(r, &steps[0]) &&
-              fm_ckpt_get_u64(r, &steps[1]) && steps[0] < (1ull << 50) && steps[1] < (1ull << 50) &&
-              fm_ckpt_get_u32(r, &k0) && fm_ckpt_get_u32(r, &k1) && fm_ckpt_get_u64(r, &n->rng.stream) &&
-              fm_ckpt_get_u64(r, &n->rng.counter);
-    for (int i = 0; ok && i < 4; i++)
-        ok = fm_ckpt_get_u32(r, &n->rng.buf[i]);
-    ok = ok && fm_ckpt_get_u32(r, &used) && used <= 4;
-    for (int g = 0; g < FM_GROUP_COUNT && ok; g++) {
-        uint64_t sz;
-        ok = fm_ckpt_get_u64(r, &sz) && sz == ps->groups[g].size;
-        for (int k = 0; k < 3 && ok; k++) {
-            ok = (n->a[g][k] || (n->a[g][k] = malloc(4 * (sz ? sz : 1)))) && fm_ckpt_get_floats(r, n->a[g][k], sz);
-            for (uint64_t i = 0; ok && i < sz; i++)
-                ok = isfinite(n->a[g][k][i]);
-        }
-    }
-    n->round = (int)round;
-    n->steps[0] = (int64_t)steps[0];
-    n->steps[1] = (int64_t)steps[1];
-    n->rng.key[0] = k0;
-    n->rng.key[1] = k1;
-    n->rng.used = (int)used;
-    return ok;
-}
-
-/* The most a state file of this model can hold: two snapshots and framing. */
-static size_t state_bound(session_t *s)
-{
-    return 2 * (12 * fm_params_total(fm_model_params(s->model)) + 4096) + FM_CKPT_OVERHEAD;
-}
-
-/* The state file (fedmoe/checkpoint.h format, magic FMCS) holds the state after
- * the last trained round and the state from before it, so a round the
- * coordinator sends again is trained from the same starting point. */
-static void save_state(session_t *s)
-{
-    if (!s->cfg->state_dir[0])
-        return;
-    char path[1200];
-    state_path(s, path, sizeof path);
-    snapshot_t now = snap_view(s, s->last_round); /* written as it is, not copied */
-    fm_ckpt_writer_t w;
-    fm_ckpt_begin(&w, FM_CKPT_MAGIC_CLIENT, STATE_VERSION);
-    put_snapshot(&w, s, &now);
-    fm_ckpt_put_u8(&w, s->pre.round >= 0);
-    if (s->pre.round >= 0)
-        put_snapshot(&w, s, &s->pre);
-    uint8_t *blob = NULL;
-    size_t len = 0;
-    if (fm_ckpt_finish(&w, &blob, &len) != FM_OK || fm_ckpt_write_file(path, blob, len) != FM_OK)
-        fm_warn("%s", fm_error_last());
-    free(blob);
-}
-
-static fm_status read_state(session_t *s, const char *path, snapshot_t *now, snapshot_t *pre)
-{
-    uint8_t *blob = NULL;
-    size_t len = 0;
-    fm_ckpt_reader_t r;
-    fm_status st = fm_ckpt_read_file(path, state_bound(s), &blob, &len);
-    if (st == FM_OK)
-        st = fm_ckpt_open(&r, blob, len, FM_CKPT_MAGIC_CLIENT, STATE_VERSION, "client state");
-    if (st == FM_OK) {
-        uint8_t has_pre = 0;
-        bool ok = get_snapshot(&r, s, now) && fm_ckpt_get_u8(&r, &has_pre) && has_pre <= 1 &&
-                  (!has_pre || get_snapshot(&r, s, pre));
-        st = ok ? fm_ckpt_close(&r, "client state") : FM_ERR_FORMAT;
-        if (!ok)
-            fm_error_set("client state: fields missing, out of range or not finite");
-    }
-    free(blob);
-    return st;
-}
-
-static void load_state(session_t *s)
-{
-    if (!s->cfg->state_dir[0])
-        return;
-    char path[1200];
-    state_path(s, path, sizeof path);
-    if (access(path, F_OK) != 0)
-        return;
-    snapshot_t now = {.round = -1}, pre = {.round = -1};
-    if (read_state(s, path, &now, &pre) == FM_OK) {
-        snap_restore(s, &now);
-        s->last_round = now.round;
-        snap_free(&s->pre);
-        s->pre = pre;
-        memset(&pre, 0, sizeof pre);
-        pre.round = -1;
-        fm_info("restored local state after round %d from %s", s->last_round, path);
-    } else {
-        fm_warn("%s is not a usable state file for this run (%s); starting fresh", path, fm_error_last());
-    }
-    snap_free(&now);
-    snap_free(&pre);
-}
-
 static void drop_run(session_t *s)
 {
     fm_trainer_destroy(&s->trainer);
@@ -299,7 +75,7 @@ static void drop_run(session_t *s)
     s->run_id[0] = 0;
     s->last_round = 0;
     s->task_round = 0;
-    snap_free(&s->pre);
+    sess_snap_free(&s->pre);
     free(s->sent.bytes);
     s->sent.bytes = NULL;
 }
@@ -387,7 +163,7 @@ static fm_status handle_welcome(session_t *s, const Fedmoe__Welcome *w)
     if (!(s->vec = malloc(sizeof(float) * (s->dims.nmodel + 1))))
         return FM_ERR_NOMEM;
     snprintf(s->run_id, sizeof s->run_id, "%s", w->run_id);
-    load_state(s);
+    sess_load_state(s);
     fm_info("run %s (%s), partition %d/%d: %zu train, %zu validation, %zu test examples", s->run_id,
             fm_strategy_name(s->spec.strategy), s->partition, s->spec.partition_count, s->data.train.n,
             s->data.val.n, s->data.test.n);
@@ -409,7 +185,7 @@ static fm_status start_round(session_t *s, int round)
 {
     if (round == s->last_round && s->pre.round == round) {
         fm_info("round %d again: restoring the state from before it", round);
-        snap_restore(s, &s->pre);
+        sess_snap_restore(s, &s->pre);
         return FM_OK;
     }
     if (round <= s->last_round) {
@@ -417,7 +193,7 @@ static fm_status start_round(session_t *s, int round)
                 s->last_round);
         return FM_OK;
     }
-    return snap_take(s, &s->pre, round);
+    return sess_snap_take(s, &s->pre, round);
 }
 
 /* Evaluates, then uploads the round's result. */
@@ -517,7 +293,7 @@ static fm_status handle_task(session_t *s, const Fedmoe__Task *t)
     if (st != FM_OK)
         return st;
     s->last_round = (int)t->round;
-    save_state(s);
+    sess_save_state(s);
     return FM_OK;
 }
 
