@@ -1,7 +1,6 @@
 #include "session.h"
 
 #include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,7 +8,6 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "fedmoe/checkpoint.h"
 #include "fedmoe/clientdata.h"
 #include "fedmoe/exchange.h"
 #include "fedmoe/clock.h"
