@@ -4,7 +4,11 @@
 #   scripts/install-deps.sh          build + run + test dependencies
 #   scripts/install-deps.sh --bench  also python3-torch for the PyTorch comparison
 #   scripts/install-deps.sh --ci     also clang + libFuzzer and valgrind (CI's extra checks)
+#   scripts/install-deps.sh --docker also starts the Docker engine (Debian's dockerd, in the
+#                                    background) when none answers (docker/engine.sh)
 set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+engine=0
 
 pkgs=(build-essential cmake pkg-config
       libzmq3-dev libprotobuf-c-dev protobuf-c-compiler
@@ -15,9 +19,11 @@ pkgs=(build-essential cmake pkg-config
 case "${1:-}" in
   --bench) pkgs+=(python3-torch python3-numpy) ;;
   --ci) pkgs+=(clang libclang-rt-14-dev valgrind python3) ;;
+  --docker) engine=1 ;;
   "") ;;
-  *) echo "install-deps: unknown option '$1' (--bench or --ci)" >&2; exit 2 ;;
+  *) echo "install-deps: unknown option '$1' (--bench, --ci or --docker)" >&2; exit 2 ;;
 esac
+start_engine() { ((engine == 0)) || "$here/../docker/engine.sh"; }
 
 missing=()
 for p in "${pkgs[@]}"; do
@@ -25,6 +31,7 @@ for p in "${pkgs[@]}"; do
 done
 if ((${#missing[@]} == 0)); then
   echo "install-deps: all ${#pkgs[@]} packages present"
+  start_engine
   exit 0
 fi
 
@@ -37,3 +44,4 @@ echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+start_engine

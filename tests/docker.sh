@@ -3,7 +3,8 @@
 # image (and its base image where no registry answers) and runs a coordinator
 # and 4 client containers for 3 rounds with CURVE keys made on first start; the
 # history container then reads from the data volume 1 run, 3 rounds and 12
-# client rows, and an intact database. The image runs `fedmoe-server --help`,
+# client rows, and an intact database. A run stopped (SIGTERM) exits 130 with
+# the stack stopped, and resumes when started again. The image runs `fedmoe-server --help`,
 # as a non-root user, carries its version and commit, and reports the
 # coordinator healthy. Bad set-ups end sim.sh with one clear line: no engine
 # answering, the image missing, the port taken, a config file with a bad value.
@@ -50,6 +51,24 @@ help=$(docker run --rm "$image" fedmoe-server --help)
 [[ $(docker run --rm "$image" id -u) != 0 ]] || fail "the image runs as root"
 [[ -n $(docker inspect -f '{{index .Config.Labels "org.opencontainers.image.revision"}}' "$image") ]] || fail "no commit label"
 
+# stopped mid-run (SIGTERM, as Ctrl-C does in a terminal: a background job here
+# ignores SIGINT), sim.sh stops the stack and exits 130; run again with the same
+# settings, the run resumes and finishes: still 1 run, rounds 1-3 once each
+projects+=("$project-stop")
+FEDMOE_PROJECT=$project-stop "$src/docker/sim.sh" --image "$image" --clients 2 --rounds 3 > "$work/sim.out" 2>&1 &
+sim=$!
+wait_round 1 300
+kill -TERM $sim
+wait $sim; rc=$?
+[[ $rc -eq 130 ]] && grep -q "sim.sh: stopping the stack" "$work/sim.out" || fail "stopped: rc $rc"
+[[ -z $(docker ps -q --filter "label=com.docker.compose.project=$project-stop") ]] || fail "containers still running after the stop"
+FEDMOE_PROJECT=$project-stop "$src/docker/sim.sh" --image "$image" --clients 2 --rounds 3 > "$work/sim.out" 2>&1 ||
+  fail "the resumed run: rc $?"
+grep -q "rounds                     3 of 3" "$work/sim.out" || fail "the resumed run's summary does not show 3 of 3"
+p_dc() { "${compose[@]}" -p "$project-stop" -f "$src/docker/compose.yml" run --rm -T history "$@" 2>/dev/null; }
+[[ $(p_dc runs | grep -c '^run-') -eq 1 ]] || fail "not 1 run after the resume: $(p_dc runs)"
+[[ $(p_dc export | tail -n +2 | cut -d, -f2 | tr '\n' ' ') == "1 2 3 " ]] || fail "rounds after the resume: $(p_dc export)"
+
 # bad set-ups: one clear line each, exit 1
 bad() {  # bad WHAT EXPECTED-LINE sim.sh-ARGS...
   local what=$1 want=$2; shift 2
@@ -74,4 +93,4 @@ printf 'rounds = 2\nfraction = 7\n' > "$work/bad.conf"
 bad "a bad config value" "the coordinator failed 3 times; its last line: fedmoe-server: " \
   --image "$image" --clients 2 --rounds 2 --config "$work/bad.conf"
 grep -q "fraction.*7" "$work/bad.out" || fail "the config error does not name the setting: $(cat "$work/bad.out")"
-echo "docker: OK: 4 client containers x 3 rounds, 1 run, 3 rounds, 12 client rows, integrity ok; healthy, non-root, labelled; no engine, a missing image, a taken port and a bad config value each end with one clear line"
+echo "docker: OK: 4 client containers x 3 rounds, 1 run, 3 rounds, 12 client rows, integrity ok; stopped and resumed; healthy, non-root, labelled; no engine, a missing image, a taken port and a bad config value each end with one clear line"

@@ -1,0 +1,90 @@
+/* The coordinator under load, for real: fedmoe-server with CURVE and 500
+ * protocol-correct clients of bench/fedmoe-loadgen that answer every Task at
+ * once (a burst of 500 uploads of the whole model). The rounds finish, and the
+ * global state is bit-identical to the same run with 5 clients: the 500
+ * upload the same 5 updates 100 times each, and the aggregation is exact and
+ * order-independent, so at scale too. (Before heartbeats reported progress, a
+ * burst could lose Tasks with replaced connections and leave a round waiting
+ * for ever.) */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "coordinator.h"
+#include "fedmoe/store.h"
+#include "procs.h"
+
+static char dir[256];
+
+/* The final global vector and prompt of a run of `clients` loadgen clients
+ * (2 rounds, full strategy), as bytes (malloc'd) and their length. */
+static uint8_t *run_with(int clients, size_t *len)
+{
+    char key[512], pub[512], allow[512], db[600], log[600], lglog[600], ep[64], n[16], parts[16];
+    procs_server_keys(key, pub, allow);
+    snprintf(n, sizeof n, "%d", clients);
+    char *mk[] = {BIN("bench/fedmoe-loadgen"), "--keys", allow, "--clients", n, "--make-keys", NULL};
+    snprintf(lglog, sizeof lglog, "%s/keys-%d.log", dir, clients);
+    assert_int_equal(procs_wait(procs_spawn(mk, lglog), 60), 0);
+    snprintf(db, sizeof db, "%s/scale-%d.db", dir, clients);
+    snprintf(log, sizeof log, "%s/server-%d.log", dir, clients);
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", procs_free_port());
+    snprintf(parts, sizeof parts, "%d", clients);
+    char *sargv[] = {BIN("server/fedmoe-server"), "--bind", ep, "--db", db, "--rounds", "2", "--min-clients", n,
+                     "--partitions", parts, "--round-timeout", "300", "--max-connections", "1000", NULL};
+    pid_t server = procs_spawn_server(sargv, log);
+    char *largv[] = {BIN("bench/fedmoe-loadgen"), "--connect", ep, "--clients", n, "--keys", allow, "--server-key",
+                     pub, NULL};
+    snprintf(lglog, sizeof lglog, "%s/loadgen-%d.log", dir, clients);
+    pid_t lg = procs_spawn(largv, lglog);
+    assert_int_equal(procs_wait(server, 400), 0);
+    assert_int_equal(procs_wait(lg, 60), 0);
+    fm_store_t *st;
+    fm_run_row_t run;
+    procs_open_latest(db, &st, &run);
+    assert_string_equal(run.status, "finished");
+    int round;
+    uint8_t *blob;
+    size_t blen;
+    bool found;
+    assert_int_equal(fm_store_latest_checkpoint(st, run.id, &round, &blob, &blen, &found), FM_OK);
+    assert_true(found);
+    assert_int_equal(round, 2);
+    fm_checkpoint_t ck;
+    assert_int_equal(fm_checkpoint_decode(blob, blen, &ck), FM_OK);
+    assert_int_equal(ck.pool_count, clients); /* everyone's prompt is in the pool */
+    *len = sizeof(float) * (ck.nglobal + ck.nprompt);
+    uint8_t *out = malloc(*len);
+    memcpy(out, ck.global, sizeof(float) * ck.nglobal);
+    memcpy(out + sizeof(float) * ck.nglobal, ck.prompt, sizeof(float) * ck.nprompt);
+    fm_checkpoint_free(&ck);
+    free(blob);
+    fm_store_run_clear(&run);
+    fm_store_close(&st);
+    return out;
+}
+
+static void test_500_clients_as_5(void **state)
+{
+    (void)state;
+    size_t n5, n500;
+    uint8_t *five = run_with(5, &n5);
+    uint8_t *many = run_with(500, &n500);
+    assert_int_equal(n5, n500);
+    assert_memory_equal(five, many, n5);
+    free(five);
+    free(many);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_500_clients_as_5),
+    };
+    return procs_run_tests("scale", tests, sizeof tests / sizeof tests[0], dir, sizeof dir);
+}
