@@ -216,6 +216,84 @@ static void test_fashion_mnist(void **state)
     assert_int_equal(fm_client_data_load(&cd, &spec), FM_ERR_IO);
 }
 
+/* A client's partition as loading everything and taking its rows would give
+ * it (fm_dataset_subset of the standardized whole). */
+static void whole_then_rows(const fm_data_spec_t *spec, fm_client_data_t *cd)
+{
+    fm_dataset_t all;
+    assert_int_equal(fm_dataset_load_fmnist(&all, NULL), FM_OK);
+    fm_partition_t part = {0};
+    assert_int_equal(fm_partition_make(&part, all.y, all.n, all.classes, spec->count, spec->seed, &spec->part), FM_OK);
+    fm_split_t split = {0};
+    const uint32_t *mine = part.index + part.offset[spec->index];
+    size_t n = part.offset[spec->index + 1] - part.offset[spec->index];
+    assert_int_equal(fm_split_make(&split, mine, n, all.y, all.classes, spec->seed, spec->index, spec->test_frac,
+                                   spec->val_frac),
+                     FM_OK);
+    if (spec->holdout)
+        assert_int_equal(fm_split_holdout(&split, all.y, all.classes, spec->seed, spec->index, spec->test_frac,
+                                          spec->val_frac),
+                         FM_OK);
+    memset(cd, 0, sizeof *cd);
+    assert_int_equal(fm_dataset_subset(&cd->train, &all, split.train, split.n_train), FM_OK);
+    assert_int_equal(fm_dataset_subset(&cd->val, &all, split.val, split.n_val), FM_OK);
+    assert_int_equal(fm_dataset_subset(&cd->test, &all, split.test, split.n_test), FM_OK);
+    fm_split_free(&split);
+    fm_partition_free(&part);
+    fm_dataset_free(&all);
+}
+
+static void same_rows(const fm_dataset_t *a, const fm_dataset_t *b)
+{
+    assert_int_equal(a->n, b->n);
+    assert_int_equal(a->dim, b->dim);
+    assert_int_equal(a->img_h, b->img_h);
+    assert_memory_equal(a->y, b->y, a->n);
+    assert_memory_equal(a->x, b->x, sizeof(float) * a->n * (size_t)a->dim);
+}
+
+/* A client reads only its own rows of the image files (it never holds the whole
+ * dataset), and gets bit for bit what loading everything gives: partitions 3
+ * and 9 of 10, and 7 with the holdout re-split. A truncated image file is
+ * refused on this path too. */
+static void test_client_reads_only_its_rows(void **state)
+{
+    (void)state;
+    fm_data_spec_t spec;
+    fm_data_spec_default(&spec);
+    spec.count = 10;
+    const int cases[3][2] = {{3, 0}, {9, 0}, {7, 1}};
+    for (int k = 0; k < 3; k++) {
+        spec.index = cases[k][0];
+        spec.holdout = cases[k][1];
+        fm_client_data_t rows, whole;
+        assert_int_equal(fm_client_data_load(&rows, &spec), FM_OK);
+        whole_then_rows(&spec, &whole);
+        same_rows(&rows.train, &whole.train);
+        same_rows(&rows.val, &whole.val);
+        same_rows(&rows.test, &whole.test);
+        assert_int_equal(rows.dim, 784);
+        assert_int_equal(rows.img_w, 28);
+        assert_int_equal(rows.classes, 10);
+        fm_client_data_free(&rows);
+        fm_client_data_free(&whole);
+    }
+    write_idx("r.gz", "rl.gz", 400, 3, 4, true, 400);
+    truncate_file("r.gz", file_size("r.gz") - 40);
+    char spec_text[1200], a[512], b[512];
+    path(a, "r.gz");
+    path(b, "rl.gz");
+    snprintf(spec_text, sizeof spec_text, "idx:%s,%s", a, b);
+    spec.dataset = spec_text;
+    spec.index = 1;
+    spec.count = 2;
+    spec.holdout = false;
+    spec.part.min_samples = 10;
+    fm_client_data_t cd;
+    assert_int_equal(fm_client_data_load(&cd, &spec), FM_ERR_FORMAT);
+    assert_non_null(strstr(fm_error_last(), "r.gz"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -224,6 +302,7 @@ int main(void)
         cmocka_unit_test(test_idx_mismatched),
         cmocka_unit_test(test_csv),
         cmocka_unit_test(test_fashion_mnist),
+        cmocka_unit_test(test_client_reads_only_its_rows),
     };
     return procs_run_tests("dataset", tests, sizeof tests / sizeof tests[0], dir, sizeof dir);
 }

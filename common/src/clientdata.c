@@ -1,5 +1,6 @@
 #include "fedmoe/clientdata.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,41 +16,69 @@ void fm_data_spec_default(fm_data_spec_t *s)
     s->val_frac = 0.2;
 }
 
-/* The dataset of spec; without images, only its labels where the format keeps
- * them apart (IDX), everything otherwise (CSV). */
-static fm_status load_any(fm_dataset_t *ds, const char *spec, bool images)
+/* Where a dataset's IDX files are: image and label file pairs, in the order
+ * they are appended. */
+typedef struct {
+    int files;
+    char images[2][4096], labels[2][4096];
+} idx_source_t;
+
+/* The IDX files of spec, or files = 0 for a dataset that is not IDX (CSV). */
+static fm_status idx_source(idx_source_t *src, const char *spec)
 {
-    if (strcmp(spec, "fmnist") == 0)
-        return images ? fm_dataset_load_fmnist(ds, NULL) : fm_dataset_load_fmnist_labels(ds, NULL);
-    if (strncmp(spec, "fmnist:", 7) == 0)
-        return images ? fm_dataset_load_fmnist(ds, spec + 7) : fm_dataset_load_fmnist_labels(ds, spec + 7);
-    if (strncmp(spec, "csv:", 4) == 0)
-        return fm_dataset_load_csv(ds, spec + 4);
+    static const char *fm[2][2] = {{"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"},
+                                   {"t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"}};
+    memset(src, 0, sizeof *src);
+    if (strcmp(spec, "fmnist") == 0 || strncmp(spec, "fmnist:", 7) == 0) {
+        const char *dir = spec[6] == ':' ? spec + 7 : FM_FMNIST_DIR;
+        for (int i = 0; i < 2; i++) {
+            snprintf(src->images[i], sizeof src->images[i], "%s/%s", dir, fm[i][0]);
+            snprintf(src->labels[i], sizeof src->labels[i], "%s/%s", dir, fm[i][1]);
+        }
+        src->files = 2;
+        return FM_OK;
+    }
     if (strncmp(spec, "idx:", 4) == 0) {
         const char *comma = strchr(spec + 4, ',');
-        if (!comma) {
+        size_t n = comma ? (size_t)(comma - (spec + 4)) : 0;
+        if (!comma || n >= sizeof src->images[0] || strlen(comma + 1) >= sizeof src->labels[0]) {
             fm_error_set("dataset '%s': expected idx:IMAGES,LABELS", spec);
             return FM_ERR_ARG;
         }
-        char path[4096];
-        size_t n = (size_t)(comma - (spec + 4));
-        if (n >= sizeof path) {
-            fm_error_set("dataset '%s': path too long", spec);
-            return FM_ERR_ARG;
-        }
-        memcpy(path, spec + 4, n);
-        path[n] = 0;
-        memset(ds, 0, sizeof *ds);
-        fm_status st = fm_dataset_append_idx(ds, images ? path : NULL, comma + 1);
-        if (st != FM_OK) {
+        memcpy(src->images[0], spec + 4, n);
+        snprintf(src->labels[0], sizeof src->labels[0], "%s", comma + 1);
+        src->files = 1;
+        return FM_OK;
+    }
+    if (strncmp(spec, "csv:", 4) == 0)
+        return FM_OK;
+    fm_error_set("dataset '%s': unknown; use fmnist, fmnist:DIR, idx:IMAGES,LABELS or csv:PATH", spec);
+    return FM_ERR_ARG;
+}
+
+/* The dataset of spec; without images, only its labels where the format keeps
+ * them apart (IDX: per_file then says how many examples each file has),
+ * everything otherwise (CSV). */
+static fm_status load_any(fm_dataset_t *ds, const char *spec, bool images, uint32_t per_file[2])
+{
+    idx_source_t src;
+    fm_status st = idx_source(&src, spec);
+    if (st != FM_OK)
+        return st;
+    if (!src.files)
+        return fm_dataset_load_csv(ds, spec + 4);
+    memset(ds, 0, sizeof *ds);
+    for (int i = 0; i < src.files; i++) {
+        size_t before = ds->n;
+        if ((st = fm_dataset_append_idx(ds, images ? src.images[i] : NULL, src.labels[i])) != FM_OK) {
             fm_dataset_free(ds);
             return st;
         }
-        fm_dataset_standardize(ds);
-        return FM_OK;
+        if (per_file)
+            per_file[i] = (uint32_t)(ds->n - before);
     }
-    fm_error_set("dataset '%s': unknown; use fmnist, fmnist:DIR, idx:IMAGES,LABELS or csv:PATH", spec);
-    return FM_ERR_ARG;
+    fm_dataset_standardize(ds);
+    return FM_OK;
 }
 
 /* Client `client`'s split of its examples idx[0..n) of all, as spec says
@@ -63,12 +92,40 @@ static fm_status split_client(fm_split_t *s, const uint32_t *idx, size_t n, cons
     return st;
 }
 
+/* The three splits of IDX data, read from the image files row by row: only
+ * this client's rows are held (fm_dataset_idx_rows). */
+static fm_status load_rows(fm_client_data_t *cd, const idx_source_t *src, const uint32_t *per_file,
+                           const fm_dataset_t *labels, const fm_split_t *split)
+{
+    const char *paths[2] = {src->images[0], src->images[1]};
+    const uint32_t *lists[3] = {split->train, split->val, split->test};
+    size_t ns[3] = {split->n_train, split->n_val, split->n_test};
+    fm_dataset_t out[3];
+    fm_status st = fm_dataset_idx_rows(paths, per_file, src->files, labels, lists, ns, 3, out);
+    if (st != FM_OK)
+        return st;
+    cd->train = out[0];
+    cd->val = out[1];
+    cd->test = out[2];
+    cd->dim = out[0].dim;
+    cd->img_h = out[0].img_h;
+    cd->img_w = out[0].img_w;
+    return FM_OK;
+}
+
 fm_status fm_client_data_load(fm_client_data_t *cd, const fm_data_spec_t *spec)
 {
     memset(cd, 0, sizeof *cd);
-    fm_dataset_t all;
-    fm_status st = load_any(&all, spec->dataset, true);
+    idx_source_t src;
+    fm_status st = idx_source(&src, spec->dataset);
     if (st != FM_OK)
+        return st;
+    /* a partition of IDX data: its labels first, then only its rows (a client
+     * holds its own data, not the whole dataset); everything else at once */
+    bool rows = src.files > 0 && spec->count > 0;
+    uint32_t per_file[2] = {0, 0};
+    fm_dataset_t all;
+    if ((st = load_any(&all, spec->dataset, !rows, per_file)) != FM_OK)
         return st;
     fm_partition_t part = {0};
     fm_split_t split = {0};
@@ -92,11 +149,15 @@ fm_status fm_client_data_load(fm_client_data_t *cd, const fm_data_spec_t *spec)
     }
     if ((st = split_client(&split, mine, n_mine, &all, spec, client)) != FM_OK)
         goto out;
+    cd->classes = all.classes;
+    if (rows) {
+        st = load_rows(cd, &src, per_file, &all, &split);
+        goto out;
+    }
     if ((st = fm_dataset_subset(&cd->train, &all, split.train, split.n_train)) != FM_OK ||
         (st = fm_dataset_subset(&cd->val, &all, split.val, split.n_val)) != FM_OK ||
         (st = fm_dataset_subset(&cd->test, &all, split.test, split.n_test)) != FM_OK)
         goto out;
-    cd->classes = all.classes;
     cd->dim = all.dim;
     cd->img_h = all.img_h;
     cd->img_w = all.img_w;
@@ -121,7 +182,7 @@ void fm_client_data_free(fm_client_data_t *cd)
 fm_status fm_client_data_sizes(const fm_data_spec_t *spec, fm_split_sizes_t *sizes)
 {
     fm_dataset_t all;
-    fm_status st = load_any(&all, spec->dataset, false);
+    fm_status st = load_any(&all, spec->dataset, false, NULL);
     if (st != FM_OK)
         return st;
     fm_partition_t part = {0};

@@ -100,6 +100,36 @@ bad:
     return FM_ERR_FORMAT;
 }
 
+/* The one way pixels become features and are standardized, used by the whole
+ * load and the row-by-row one alike (noinline: one compiled body, the same
+ * rounding, whatever the caller). */
+__attribute__((noinline)) static void scale_pixels(const uint8_t *p, size_t n, float *x)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)p[i] * (1.0f / 255.0f);
+}
+
+__attribute__((noinline)) static void add_values(const float *x, size_t n, double *s, double *s2)
+{
+    for (size_t i = 0; i < n; i++) {
+        *s += x[i];
+        *s2 += (double)x[i] * x[i];
+    }
+}
+
+static void moments(double s, double s2, size_t total, float *mu, float *inv)
+{
+    double mean = s / total, var = s2 / total - mean * mean;
+    *inv = (float)(1.0 / sqrt(var > 1e-12 ? var : 1.0));
+    *mu = (float)mean;
+}
+
+__attribute__((noinline)) static void apply_standard(float *x, size_t n, float mu, float inv)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = (x[i] - mu) * inv;
+}
+
 /* The pixels of an IDX image file of n images, scaled to [0,1], appended to ds. */
 static fm_status append_images(fm_dataset_t *ds, const char *path, uint32_t n_labels)
 {
@@ -138,9 +168,7 @@ static fm_status append_images(fm_dataset_t *ds, const char *path, uint32_t n_la
         goto out;
     }
     ds->x = x;
-    float *dst = ds->x + ds->n * dim;
-    for (size_t i = 0; i < (size_t)n * dim; i++)
-        dst[i] = (float)img[16 + i] * (1.0f / 255.0f);
+    scale_pixels(img + 16, (size_t)n * dim, ds->x + ds->n * dim);
     ds->dim = dim;
     ds->img_h = (int)rows;
     ds->img_w = (int)cols;
@@ -175,20 +203,143 @@ out:
     return st;
 }
 
+/* Reads an IDX image file's header from f (checked against n_labels and the
+ * image size seen so far, *dim 0 before the first file). */
+static fm_status stream_header(gzFile f, const char *path, uint32_t n_labels, int *dim, int *h, int *w, uint32_t *n)
+{
+    uint8_t hd[16];
+    if (gzread(f, hd, sizeof hd) != (int)sizeof hd || be32(hd) != 0x00000803u) {
+        fm_error_set("%s: not an IDX ubyte image file (bad magic)", path);
+        return FM_ERR_FORMAT;
+    }
+    uint32_t rows = be32(hd + 8), cols = be32(hd + 12);
+    *n = be32(hd + 4);
+    if (*n != n_labels || rows == 0 || cols == 0 || rows > 4096 || cols > 4096) {
+        fm_error_set("%s: %u images of %u x %u for %u labels", path, *n, rows, cols, n_labels);
+        return FM_ERR_FORMAT;
+    }
+    if (*dim && (*dim != (int)(rows * cols) || *h != (int)rows)) {
+        fm_error_set("%s: images of %ux%u do not match the %dx%d before", path, rows, cols, *h, *w);
+        return FM_ERR_FORMAT;
+    }
+    *dim = (int)(rows * cols);
+    *h = (int)rows;
+    *w = (int)cols;
+    return FM_OK;
+}
+
+/* Reads every image of the files once, in order: the sums of all pixel values
+ * (scaled to [0,1]) as fm_dataset_standardize adds them, in the same order,
+ * and the raw pixels of the images at[i] >= 0 into keep + at[i] * dim. */
+static fm_status stream_images(const char *const *paths, int nfiles, const uint32_t *per_file, const int32_t *at,
+                               uint8_t **keep, size_t kept, fm_dataset_t *shape, double *s, double *s2)
+{
+    uint8_t *img = NULL;
+    float *v = NULL;
+    size_t base = 0;
+    fm_status st = FM_OK;
+    *s = *s2 = 0.0;
+    for (int k = 0; st == FM_OK && k < nfiles; k++) {
+        gzFile f = gzopen(paths[k], "rb");
+        if (!f) {
+            fm_error_set("%s: %s", paths[k], strerror(errno ? errno : ENOENT));
+            st = FM_ERR_IO;
+            break;
+        }
+        uint32_t n;
+        st = stream_header(f, paths[k], per_file[k], &shape->dim, &shape->img_h, &shape->img_w, &n);
+        if (st == FM_OK && !img && (!(img = malloc((size_t)shape->dim)) || !(v = malloc(sizeof(float) * shape->dim)) ||
+                                    (kept && !(*keep = malloc(kept * (size_t)shape->dim)))))
+            st = FM_ERR_NOMEM;
+        for (uint32_t i = 0; st == FM_OK && i < n; i++) {
+            if (gzread(f, img, (unsigned)shape->dim) != shape->dim) {
+                fm_error_set("%s: truncated or corrupt at image %u of %u", paths[k], i, n);
+                st = FM_ERR_FORMAT;
+                break;
+            }
+            scale_pixels(img, (size_t)shape->dim, v);
+            add_values(v, (size_t)shape->dim, s, s2);
+            if (at[base + i] >= 0)
+                memcpy(*keep + (size_t)at[base + i] * (size_t)shape->dim, img, (size_t)shape->dim);
+        }
+        if (gzclose(f) != Z_OK && st == FM_OK) {
+            fm_error_set("%s: truncated or corrupt compressed file", paths[k]);
+            st = FM_ERR_FORMAT;
+        }
+        base += n;
+    }
+    free(img);
+    free(v);
+    return st;
+}
+
+fm_status fm_dataset_idx_rows(const char *const *image_paths, const uint32_t *per_file, int nfiles,
+                              const fm_dataset_t *labels, const uint32_t *const *idx, const size_t *n, int parts,
+                              fm_dataset_t *out)
+{
+    for (int p = 0; p < parts; p++)
+        memset(&out[p], 0, sizeof out[p]);
+    int32_t *at = malloc(sizeof(int32_t) * (labels->n ? labels->n : 1));
+    if (!at)
+        return FM_ERR_NOMEM;
+    memset(at, 0xff, sizeof(int32_t) * labels->n); /* -1: not kept */
+    size_t kept = 0;
+    for (int p = 0; p < parts; p++)
+        for (size_t i = 0; i < n[p]; i++) {
+            if (idx[p][i] >= labels->n) {
+                fm_error_set("row %u of a dataset of %zu", idx[p][i], labels->n);
+                free(at);
+                return FM_ERR_ARG;
+            }
+            if (at[idx[p][i]] < 0)
+                at[idx[p][i]] = (int32_t)kept++;
+        }
+    uint8_t *keep = NULL;
+    fm_dataset_t shape = {0};
+    double s, s2;
+    fm_status st = stream_images(image_paths, nfiles, per_file, at, &keep, kept, &shape, &s, &s2);
+    /* fm_dataset_standardize's numbers, from the sums over every pixel */
+    float mu = 0.0f, inv = 1.0f;
+    if (labels->n * (size_t)shape.dim != 0)
+        moments(s, s2, labels->n * (size_t)shape.dim, &mu, &inv);
+    for (int p = 0; st == FM_OK && p < parts; p++) {
+        fm_dataset_t *d = &out[p];
+        d->dim = shape.dim;
+        d->img_h = shape.img_h;
+        d->img_w = shape.img_w;
+        d->classes = labels->classes;
+        d->n = n[p];
+        d->x = malloc(sizeof(float) * (n[p] ? n[p] : 1) * (size_t)shape.dim);
+        d->y = malloc(n[p] ? n[p] : 1);
+        if (!d->x || !d->y) {
+            st = FM_ERR_NOMEM;
+            break;
+        }
+        for (size_t i = 0; i < n[p]; i++) {
+            scale_pixels(keep + (size_t)at[idx[p][i]] * (size_t)shape.dim, (size_t)shape.dim,
+                         d->x + i * (size_t)shape.dim);
+            d->y[i] = labels->y[idx[p][i]];
+        }
+        apply_standard(d->x, n[p] * (size_t)shape.dim, mu, inv);
+    }
+    free(keep);
+    free(at);
+    if (st != FM_OK)
+        for (int p = 0; p < parts; p++)
+            fm_dataset_free(&out[p]);
+    return st;
+}
+
 void fm_dataset_standardize(fm_dataset_t *ds)
 {
     size_t total = ds->n * (size_t)ds->dim;
     if (total == 0)
         return;
     double s = 0.0, s2 = 0.0;
-    for (size_t i = 0; i < total; i++) {
-        s += ds->x[i];
-        s2 += (double)ds->x[i] * ds->x[i];
-    }
-    double mean = s / total, var = s2 / total - mean * mean;
-    float inv = (float)(1.0 / sqrt(var > 1e-12 ? var : 1.0)), mu = (float)mean;
-    for (size_t i = 0; i < total; i++)
-        ds->x[i] = (ds->x[i] - mu) * inv;
+    add_values(ds->x, total, &s, &s2);
+    float mu, inv;
+    moments(s, s2, total, &mu, &inv);
+    apply_standard(ds->x, total, mu, inv);
 }
 
 static fm_status load_fmnist(fm_dataset_t *ds, const char *dir, bool images)

@@ -35,6 +35,16 @@ fm_status fm_dataset_load_fmnist_labels(fm_dataset_t *ds, const char *dir);
  * appended to ds (which may be zeroed). Pixels are scaled to [0,1]; call
  * fm_dataset_standardize after the last append. images_path NULL: labels only. */
 fm_status fm_dataset_append_idx(fm_dataset_t *ds, const char *images_path, const char *labels_path);
+/* The rows idx[p][0..n[p]) (p < parts, indices into labels) of the IDX image
+ * files image_paths (per_file[k] images in file k, in the order
+ * fm_dataset_append_idx would append them; labels: theirs, all of them), into
+ * out[p], standardized with the statistics of every pixel of every file: the
+ * numbers loading everything and fm_dataset_standardize give, reading each
+ * image once and holding only the rows asked for. An index out of range is
+ * an error (FM_ERR_ARG). */
+fm_status fm_dataset_idx_rows(const char *const *image_paths, const uint32_t *per_file, int nfiles,
+                              const fm_dataset_t *labels, const uint32_t *const *idx, const size_t *n, int parts,
+                              fm_dataset_t *out);
 /* A CSV file: one example a line, "label,f1,f2,...", optional header line. */
 fm_status fm_dataset_load_csv(fm_dataset_t *ds, const char *path);
 /* x <- (x - mean) / std over all values. */
