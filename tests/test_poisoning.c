@@ -234,8 +234,10 @@ static pid_t relay(int listen_port, int to_port, size_t at, const char *flag_pat
  * bit inside the client's first Update. CURVE's authenticator fails: the
  * changed message never reaches the coordinator's decoder (no refusal of a bad
  * digest is logged, as it would be without CURVE), the connection is dropped,
- * the round misses its quorum of 2 and is run again; the client reconnects
- * through the relay and completes every committed round; the run finishes. */
+ * and the round misses its quorum of 2 and is run again, or the client's
+ * heartbeats on its new connection say its update went out and the Task is sent
+ * again; either way the client completes every committed round; the run
+ * finishes. */
 static void test_tampered_update_never_lands(void **state)
 {
     (void)state;
@@ -276,7 +278,11 @@ static void test_tampered_update_never_lands(void **state)
         completed += !strcmp(cr[i].client_id, "c0") && !strcmp(cr[i].status, "completed");
     fprintf(stderr, "  c0 through the relay: its first update changed on the way, %d rounds completed\n", completed);
     assert_int_equal(completed, 3);
-    assert_true(procs_log_has(log, "short of the quorum")); /* the round its changed update was in */
+    /* the round its changed update was in: run again short of its quorum, or
+     * (when its deadline and extensions outlast 10 s) its Task sent again on
+     * the client's new connection, which the client answers with the update it
+     * kept */
+    assert_true(procs_log_has(log, "short of the quorum") || procs_log_has(log, "sent an update that never came"));
     assert_false(procs_log_has(log, "SHA-256 does not match"));
     assert_true(global_max_abs(db) < 100.0);
     free(rr);
