@@ -139,7 +139,7 @@ static void *open_socket(void *ctx, const fm_server_config_t *cfg, const fm_key_
     int linger = 2000;
     zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &maxsz, sizeof maxsz);
     zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
-    fm_wire_tune_server_socket(sock);
+    fm_wire_tune_socket(sock);
     if (!cfg->insecure && fm_key_apply_server(sock, own) != FM_OK) {
         zmq_close(sock);
         return NULL;

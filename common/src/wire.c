@@ -236,18 +236,6 @@ void fm_wire_tune_socket(void *socket)
     zmq_setsockopt(socket, ZMQ_HANDSHAKE_IVL, &handshake, sizeof handshake);
 }
 
-void fm_wire_tune_server_socket(void *socket)
-{
-    int hwm = FM_WIRE_HWM, handshake = FM_WIRE_HANDSHAKE_MS, on = 1, idle = 30, intvl = 10, cnt = 3;
-    zmq_setsockopt(socket, ZMQ_SNDHWM, &hwm, sizeof hwm);
-    zmq_setsockopt(socket, ZMQ_RCVHWM, &hwm, sizeof hwm);
-    zmq_setsockopt(socket, ZMQ_HANDSHAKE_IVL, &handshake, sizeof handshake);
-    zmq_setsockopt(socket, ZMQ_TCP_KEEPALIVE, &on, sizeof on);
-    zmq_setsockopt(socket, ZMQ_TCP_KEEPALIVE_IDLE, &idle, sizeof idle);
-    zmq_setsockopt(socket, ZMQ_TCP_KEEPALIVE_INTVL, &intvl, sizeof intvl);
-    zmq_setsockopt(socket, ZMQ_TCP_KEEPALIVE_CNT, &cnt, sizeof cnt);
-}
-
 fm_status fm_wire_send_bytes(void *socket, const char *identity, const uint8_t *buf, size_t len)
 {
     if (identity && zmq_send(socket, identity, strlen(identity), ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {

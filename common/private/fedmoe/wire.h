@@ -69,17 +69,9 @@ fm_status fm_wire_decode(const uint8_t *buf, size_t len, size_t max_len, Fedmoe_
  * (sends never wait), so such a peer cannot make the coordinator hold memory. */
 #define FM_WIRE_HWM 64
 
-/* A client's socket options: FM_WIRE_HWM, ZMTP heartbeats every 2 s with a 10 s
- * timeout so a dead coordinator connection is noticed and replaced. */
+/* The socket options both sides use: FM_WIRE_HWM, ZMTP heartbeats every 2 s with
+ * a 10 s timeout so dead TCP peers are noticed. */
 void fm_wire_tune_socket(void *socket);
-/* The coordinator's: FM_WIRE_HWM and no ZMTP heartbeats. libzmq 4.3.4 aborts
- * (stream_engine_base.cpp:331, "!_io_error"; libzmq issues 3937, 4364, 4767)
- * when a heartbeat timeout resets a connection whose input is stopped because
- * its queue is full: a coordinator busy for 10 s under a burst of uploads died
- * that way (test_scale under ASan). Liveness is the clients' own heartbeat
- * (--client-timeout), and TCP keepalive (probes after 30 s idle, every 10 s, 3
- * lost: about a minute) closes connections whose peer is gone. */
-void fm_wire_tune_server_socket(void *socket);
 
 /* Sends env on a ZeroMQ socket; with a non-NULL identity (ROUTER) the identity
  * frame goes first. Non-blocking: a peer that cannot take it gets nothing. */
