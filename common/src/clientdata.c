@@ -26,14 +26,12 @@ typedef struct {
 /* The IDX files of spec, or files = 0 for a dataset that is not IDX (CSV). */
 static fm_status idx_source(idx_source_t *src, const char *spec)
 {
-    static const char *fm[2][2] = {{"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"},
-                                   {"t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"}};
     memset(src, 0, sizeof *src);
     if (strcmp(spec, "fmnist") == 0 || strncmp(spec, "fmnist:", 7) == 0) {
         const char *dir = spec[6] == ':' ? spec + 7 : FM_FMNIST_DIR;
         for (int i = 0; i < 2; i++) {
-            snprintf(src->images[i], sizeof src->images[i], "%s/%s", dir, fm[i][0]);
-            snprintf(src->labels[i], sizeof src->labels[i], "%s/%s", dir, fm[i][1]);
+            snprintf(src->images[i], sizeof src->images[i], "%s/%s", dir, FM_FMNIST_FILES[i][0]);
+            snprintf(src->labels[i], sizeof src->labels[i], "%s/%s", dir, FM_FMNIST_FILES[i][1]);
         }
         src->files = 2;
         return FM_OK;

@@ -12,6 +12,9 @@
 
 #define IDX_MAX_ITEMS 100000000u
 
+const char *const FM_FMNIST_FILES[2][2] = {{"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"},
+                                           {"t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"}};
+
 /* Reads the whole (possibly gzip) file into memory; *out is malloc'd. */
 static fm_status read_file(const char *path, uint8_t **out, size_t *len)
 {
@@ -344,15 +347,13 @@ void fm_dataset_standardize(fm_dataset_t *ds)
 
 static fm_status load_fmnist(fm_dataset_t *ds, const char *dir, bool images)
 {
-    static const char *files[2][2] = {{"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"},
-                                      {"t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"}};
     if (!dir)
         dir = FM_FMNIST_DIR;
     memset(ds, 0, sizeof *ds);
     for (int i = 0; i < 2; i++) {
         char ip[4096], lp[4096];
-        snprintf(ip, sizeof ip, "%s/%s", dir, files[i][0]);
-        snprintf(lp, sizeof lp, "%s/%s", dir, files[i][1]);
+        snprintf(ip, sizeof ip, "%s/%s", dir, FM_FMNIST_FILES[i][0]);
+        snprintf(lp, sizeof lp, "%s/%s", dir, FM_FMNIST_FILES[i][1]);
         fm_status st = fm_dataset_append_idx(ds, images ? ip : NULL, lp);
         if (st != FM_OK) {
             fm_dataset_free(ds);

@@ -15,6 +15,8 @@
 
 /* Where Debian's dataset-fashion-mnist package installs the files. */
 #define FM_FMNIST_DIR "/usr/share/datasets/fashion-mnist"
+/* Its files, in the order they are appended: {images, labels} of train, then test. */
+extern const char *const FM_FMNIST_FILES[2][2];
 
 typedef struct {
     size_t n;        /* examples */
