@@ -5,7 +5,7 @@
 # SPREAD s), ROUNDS rounds of STRATEGY. Prints per N: the coordinator's peak
 # RSS (VmHWM) and its ratio to the model's size, the median round wall time
 # (the rounds table), and the coordinator's CPU time per round (utime + stime
-# over the run, start-up included, divided by the rounds).
+# from the first round's opening to the end, divided by the rounds).
 #   bench/scale.sh [BUILD=build] [NS="10 100 1000"] [ROUNDS=5] [STRATEGY=full] [SPREAD=0]
 set -euo pipefail
 build=${1:-build} ns=${2:-10 100 1000} rounds=${3:-5} strategy=${4:-full} spread=${5:-0}
@@ -16,7 +16,7 @@ trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 mkdir "$work/keys" "$work/server"
 chmod 700 "$work/keys" "$work/server"
 "$bin/server/fedmoe-keygen" --out "$work/server" coordinator >/dev/null
-port=$((20000 + RANDOM % 20000))
+port=$((20000 + RANDOM % 10000)) # (below the ephemeral range, which thousands of clients use)
 printf '| clients | peak RSS | RSS / model | median round | CPU per round | CPU per client-round |\n|--:|--:|--:|--:|--:|--:|\n'
 for n in $ns; do
   "$bin/bench/fedmoe-loadgen" --keys "$work/keys" --clients "$n" --make-keys
@@ -29,15 +29,18 @@ for n in $ns; do
   "$bin/bench/fedmoe-loadgen" --connect "tcp://127.0.0.1:$port" --clients "$n" --keys "$work/keys" \
     --server-key "$work/server/coordinator.pub" --spread "$spread" > "$work/loadgen-$n.log" 2>&1 &
   loadgen=$!
-  hwm=0 cpu=0
+  hwm=0 cpu=0 cpu0=
   tck=$(getconf CLK_TCK)
   while kill -0 $server 2>/dev/null; do
     h=$(awk '/^VmHWM/ { print $2 }' /proc/$server/status 2>/dev/null || echo 0)
     c=$(awk '{ print $14 + $15 }' /proc/$server/stat 2>/dev/null || echo 0)
     [[ -n $h && $h -gt $hwm ]] && hwm=$h
     [[ -n $c && $c -gt $cpu ]] && cpu=$c
+    # the rounds' CPU: from the first round's opening (start-up and joining apart)
+    [[ -z $cpu0 ]] && grep -q "round 1/.*selected" "$work/server-$n.log" && cpu0=$cpu
     sleep 0.1
   done
+  cpu=$((cpu - ${cpu0:-0}))
   wait $server || { echo "N=$n: the coordinator failed:"; tail -5 "$work/server-$n.log"; exit 1; }
   wait $loadgen || true
   model=$(sed -n 's/.*federated vector \([0-9]*\) floats.*/\1/p' "$work/loadgen-$n.log" | head -1)

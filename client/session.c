@@ -78,12 +78,14 @@ static void drop_run(session_t *s)
     s->sent.bytes = NULL;
 }
 
-/* A heartbeat when one is due; also called between training steps, so a client
- * busy with a long local step is not taken for dead. */
-static void beat_if_due(session_t *s)
+/* A heartbeat when one is due (or now, when forced: a Task taken, which frees
+ * its place in the coordinator's fan-out window); also called between
+ * training steps, so a client busy with a long local step is not taken for
+ * dead. */
+static void beat(session_t *s, bool force)
 {
     double now = fm_clock_seconds();
-    if (now - s->last_beat < HEARTBEAT_S)
+    if (!force && now - s->last_beat < HEARTBEAT_S)
         return;
     Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
     Fedmoe__Heartbeat hb = FEDMOE__HEARTBEAT__INIT;
@@ -102,7 +104,7 @@ static void beat_if_due(session_t *s)
 static bool on_progress(void *user)
 {
     session_t *s = user;
-    beat_if_due(s);
+    beat(s, false);
     return !*s->stop;
 }
 
@@ -264,6 +266,7 @@ static fm_status handle_task(session_t *s, const Fedmoe__Task *t)
     fm_status st = start_round(s, (int)in.round);
     if (st == FM_OK) {
         s->task_round = in.round;
+        beat(s, true);
         if (in.model)
             fm_federated_unpack(s->model, s->spec.strategy, in.model);
 #ifdef FM_BENCH_ATTACK
@@ -293,6 +296,23 @@ static fm_status handle_task(session_t *s, const Fedmoe__Task *t)
     s->last_round = (int)t->round;
     sess_save_state(s);
     return FM_OK;
+}
+
+/* The coordinator's next message (its frames joined), or NULL when none waits
+ * or it is unusable (warned). */
+static Fedmoe__Envelope *next_message(session_t *s)
+{
+    uint8_t *msg;
+    size_t len;
+    Fedmoe__Envelope *env = NULL;
+    fm_status got = fm_wire_recv(s->link.sock, ZMQ_DONTWAIT, (size_t)1 << 31, &msg, &len);
+    if (got == FM_OK) {
+        got = fm_wire_decode(msg, len, (size_t)1 << 31, &env);
+        free(msg);
+    }
+    if (got != FM_OK && got != FM_ERR_STATE)
+        fm_warn("bad message from the coordinator: %s", fm_error_last());
+    return env;
 }
 
 fm_status fm_session_run(const fm_session_config_t *cfg, volatile sig_atomic_t *stop)
@@ -339,23 +359,13 @@ fm_status fm_session_run(const fm_session_config_t *cfg, volatile sig_atomic_t *
             }
             if (s.hello_due && now - s.last_hello > HELLO_RETRY_S)
                 send_hello(&s);
-            beat_if_due(&s);
+            beat(&s, false);
         }
         if (!(item.revents & ZMQ_POLLIN))
             continue;
-        zmq_msg_t msg;
-        zmq_msg_init(&msg);
-        if (zmq_msg_recv(&msg, s.link.sock, ZMQ_DONTWAIT) < 0) {
-            zmq_msg_close(&msg);
+        Fedmoe__Envelope *env = next_message(&s);
+        if (!env)
             continue;
-        }
-        Fedmoe__Envelope *env = NULL;
-        if (fm_wire_decode(zmq_msg_data(&msg), zmq_msg_size(&msg), (size_t)1 << 31, &env) != FM_OK) {
-            fm_warn("bad message from the coordinator: %s", fm_error_last());
-            zmq_msg_close(&msg);
-            continue;
-        }
-        zmq_msg_close(&msg);
         bool done = false;
         switch (env->body_case) {
         case FEDMOE__ENVELOPE__BODY_WELCOME: st = handle_welcome(&s, env->welcome); done = st != FM_OK; break;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "fedmoe/clock.h"
+#include "fedmoe/knn.h"
 #include "fedmoe/log.h"
 #include "fedmoe/runspec_wire.h"
 
@@ -48,7 +49,8 @@ int64_t fm_coord_emit(fm_coordinator_t *c, const char *id, Fedmoe__Envelope *env
     size_t len;
     if (fm_wire_encode(env, &buf, &len) != FM_OK)
         return 0;
-    c->send(c->send_user, id, buf, len);
+    fm_frame_t f = {buf, len, NULL};
+    c->send(c->send_user, id, &f, 1);
     free(buf);
     return (int64_t)len;
 }
@@ -64,52 +66,134 @@ static void send_error(fm_coordinator_t *c, const char *id, fm_wire_code code, c
     uint8_t *buf;
     size_t len;
     if (fm_wire_encode_error(code, text, &buf, &len) == FM_OK) {
-        c->send(c->send_user, id, buf, len);
+        fm_frame_t f = {buf, len, NULL};
+        c->send(c->send_user, id, &f, 1);
         free(buf);
     }
 }
 
-/* The Task of participant p: the global state and p's K nearest pool prompts. */
-void fm_coord_send_task(fm_coordinator_t *c, fm_participant_t *p)
+/* ---- tasks ------------------------------------------------------------------ */
+
+/* The K nearest pool prompts of every participant (pool strategies), in one
+ * batched search at the round's opening (the pool changes only at commits):
+ * into c->nearest (K a participant, pool positions in id order) and
+ * c->nearest_found. */
+static fm_status nearest_prompts(fm_coordinator_t *c)
+{
+    free(c->nearest);
+    free(c->nearest_found);
+    c->nearest = NULL;
+    c->nearest_found = NULL;
+    int n = fm_registry_count(c->reg), m = c->round.nparts, k = c->spec.model.max_nonlocal;
+    if (!fm_exchange_of(c->spec.strategy).pool || k <= 0)
+        return FM_OK;
+    const int *order = fm_registry_sorted(c->reg);
+    const float **entries = malloc(sizeof(float *) * (size_t)(n ? n : 1));
+    int *pos = malloc(sizeof(int) * (size_t)(n ? n : 1)), *selves = malloc(sizeof(int) * (size_t)m);
+    c->nearest = malloc(sizeof(int) * (size_t)m * (size_t)k);
+    c->nearest_found = malloc(sizeof(int) * (size_t)m);
+    fm_status st = entries && pos && selves && c->nearest && c->nearest_found ? FM_OK : FM_ERR_NOMEM;
+    for (int i = 0; st == FM_OK && i < n; i++) {
+        entries[i] = fm_registry_at(c->reg, order[i])->prompt;
+        pos[order[i]] = i;
+    }
+    for (int q = 0; st == FM_OK && q < m; q++)
+        selves[q] = pos[c->round.parts[q].slot];
+    if (st == FM_OK)
+        st = fm_knn_batch(entries, n, c->dims.nprompt, selves, m, k, c->nearest, c->nearest_found);
+    free(entries);
+    free(pos);
+    free(selves);
+    if (st != FM_OK)
+        fm_error_set("out of memory choosing the nearest prompts");
+    return st;
+}
+
+static fm_task_t round_task(const fm_coordinator_t *c)
+{
+    return (fm_task_t){.round = (uint32_t)c->round.number,
+                       .lr_scale = fm_lr_schedule_scale(c->spec.lr_schedule, c->round.number, c->cfg.rounds),
+                       .model = c->global,
+                       .prompt = c->gprompt};
+}
+
+/* The Task of participant p: the round's shared part (the global state, encoded
+ * once), then p's K nearest pool prompts and nonce. */
+static void send_task(fm_coordinator_t *c, fm_participant_t *p)
 {
     fm_client_t *cl = fm_registry_at(c->reg, p->slot);
-    int n = fm_registry_count(c->reg), k = 0, idx[64], self = -1;
-    const int *order = fm_registry_sorted(c->reg);
     const float *nl[64];
-    if (fm_exchange_of(c->spec.strategy).pool) {
-        const float **entries = malloc(sizeof(float *) * (size_t)(n ? n : 1));
-        if (entries) {
-            for (int i = 0; i < n; i++) {
-                entries[i] = fm_registry_at(c->reg, order[i])->prompt;
-                self = order[i] == p->slot ? i : self;
-            }
-            k = fm_knn(entries, n, c->dims.nprompt, self, c->spec.model.max_nonlocal, idx);
-            free(entries);
-        }
-        for (int j = 0; j < k; j++)
-            nl[j] = fm_registry_at(c->reg, order[idx[j]])->prompt;
-    }
-    fm_task_t t = {.round = (uint32_t)c->round.number,
-                   .lr_scale = fm_lr_schedule_scale(c->spec.lr_schedule, c->round.number, c->cfg.rounds),
-                   .model = c->global,
-                   .prompt = c->gprompt,
-                   .nonlocal = nl,
-                   .k = k};
+    fm_task_t t = round_task(c);
+    int q = (int)(p - c->round.parts), k = c->spec.model.max_nonlocal;
+    const int *order = fm_registry_sorted(c->reg);
+    t.nonlocal = nl;
+    t.k = c->nearest ? (c->nearest_found[q] < 64 ? c->nearest_found[q] : 64) : 0;
+    for (int j = 0; j < t.k && j < 64; j++)
+        nl[j] = fm_registry_at(c->reg, order[c->nearest[(size_t)q * k + j]])->prompt;
     memcpy(t.nonce, p->nonce, FM_NONCE_BYTES);
-    uint8_t *buf;
-    size_t len;
-    if (fm_exchange_encode_task(&c->spec, &c->dims, &t, &buf, &len) != FM_OK) {
+    uint8_t *own;
+    size_t len, head;
+    if (fm_exchange_encode_task_own(&c->spec, &c->dims, &t, fm_blob_len(c->task_shared), &own, &len, &head) !=
+        FM_OK) {
         fm_errorf("round %d: cannot build the task for %s: %s", c->round.number, cl->id, fm_error_last());
         return;
     }
+    fm_frame_t f[3] = {{own, head, NULL}, {NULL, 0, c->task_shared}, {own + head, len - head, NULL}};
     p->task_sent_at = c->now;
-    if (c->send(c->send_user, cl->id, buf, len) == FM_OK) {
-        p->row.bytes_down += (int64_t)len;
-        c->bytes_down += (int64_t)len;
+    if (c->send(c->send_user, cl->id, f, 3) == FM_OK) {
+        p->row.bytes_down += (int64_t)fm_frames_len(f, 3);
+        c->bytes_down += (int64_t)fm_frames_len(f, 3);
     } else {
         fm_warn("round %d: task to %s not sent: %s", c->round.number, cl->id, fm_error_last());
     }
-    free(buf);
+    free(own);
+}
+
+fm_status fm_coord_start_tasks(fm_coordinator_t *c)
+{
+    fm_coord_end_tasks(c);
+    fm_task_t t = round_task(c);
+    fm_status st = nearest_prompts(c);
+    if (st == FM_OK)
+        st = fm_exchange_encode_task_shared(&c->spec, &c->dims, &t, &c->task_shared);
+    size_t own = 64 + (size_t)c->dims.max_nonlocal * (c->dims.nprompt * 4 + 96);
+    if (st == FM_OK)
+        st = fm_fanout_reset(&c->fanout, c->round.nparts, fm_blob_len(c->task_shared) + own);
+    for (int i = 0; st == FM_OK && i < c->round.nparts; i++)
+        fm_fanout_push(&c->fanout, i);
+    fm_coord_pump(c);
+    return st;
+}
+
+void fm_coord_end_tasks(fm_coordinator_t *c)
+{
+    fm_blob_unref(c->task_shared);
+    c->task_shared = NULL;
+    fm_fanout_free(&c->fanout);
+    free(c->nearest);
+    free(c->nearest_found);
+    c->nearest = c->nearest_found = NULL;
+}
+
+void fm_coord_queue_task(fm_coordinator_t *c, fm_participant_t *p)
+{
+    fm_fanout_push(&c->fanout, (int)(p - c->round.parts));
+}
+
+void fm_coord_task_taken(fm_coordinator_t *c, fm_participant_t *p)
+{
+    fm_fanout_done(&c->fanout, (int)(p - c->round.parts));
+}
+
+void fm_coord_pump(fm_coordinator_t *c)
+{
+    int i;
+    while (c->round.state == FM_ROUND_OPEN && c->task_shared && (i = fm_fanout_next(&c->fanout, c->now)) >= 0) {
+        if (c->round.parts[i].state == FM_PART_AWAITED)
+            send_task(c, &c->round.parts[i]);
+        else
+            fm_fanout_done(&c->fanout, i);
+    }
 }
 
 /* ---- hello ------------------------------------------------------------------ */
@@ -117,26 +201,27 @@ void fm_coord_send_task(fm_coordinator_t *c, fm_participant_t *p)
 static void log_client(fm_coordinator_t *c, const fm_client_t *cl);
 
 /* Partitions of clients gone (not connected) for longer than the partition
- * lease are released, so that a client that took one and left cannot hold it
- * for good; a client not seen since this coordinator started counts from its
- * start. */
-static void release_expired(fm_coordinator_t *c)
+ * lease are released when another client asks for them, so that a client that
+ * took one and left cannot hold it for good; a client not seen since this
+ * coordinator started counts from its start. */
+static bool lease_expired(const fm_coordinator_t *c, fm_client_t *cl)
 {
-    for (int i = 0; i < fm_registry_count(c->reg); i++) {
-        fm_client_t *cl = fm_registry_at(c->reg, i);
-        double gone = c->now - (cl->greeted ? cl->last_seen : c->started);
-        if (cl->partition < 0 || cl->connected || gone <= c->cfg.partition_lease)
-            continue;
-        fm_info("client %s gone for %.0f s: its partition %d is released", cl->id, gone, cl->partition);
-        cl->partition = -1;
-        log_client(c, cl);
-    }
+    double gone = c->now - (cl->greeted ? cl->last_seen : c->started);
+    return cl->partition >= 0 && !cl->connected && gone > c->cfg.partition_lease;
+}
+
+static void release(fm_coordinator_t *c, int slot)
+{
+    fm_client_t *cl = fm_registry_at(c->reg, slot);
+    fm_info("client %s gone for %.0f s: its partition %d is released", cl->id,
+            c->now - (cl->greeted ? cl->last_seen : c->started), cl->partition);
+    fm_registry_set_partition(c->reg, slot, -1);
+    log_client(c, cl);
 }
 
 /* The partition a Hello gets, or -1 with a reason in why. */
 static int lease_partition(fm_coordinator_t *c, int slot, const Fedmoe__Hello *h, char *why, size_t cap)
 {
-    release_expired(c);
     if (h->partition_index < -1 || h->partition_index >= c->spec.partition_count) {
         snprintf(why, cap, "partition %d is outside 0..%d", h->partition_index, c->spec.partition_count - 1);
         return -1;
@@ -144,13 +229,22 @@ static int lease_partition(fm_coordinator_t *c, int slot, const Fedmoe__Hello *h
     int part = h->partition_index;
     if (part < 0) {
         int own = slot >= 0 ? fm_registry_at(c->reg, slot)->partition : -1;
-        part = own >= 0 ? own : fm_registry_free_partition(c->reg, c->spec.partition_count);
+        part = own >= 0 ? own : fm_registry_free_partition(c->reg);
+        for (int i = 0; part < 0 && i < fm_registry_count(c->reg); i++) /* all taken: any lease run out? */
+            if (lease_expired(c, fm_registry_at(c->reg, i))) {
+                release(c, i);
+                part = fm_registry_free_partition(c->reg);
+            }
     }
     if (part < 0) {
         snprintf(why, cap, "every partition of this run is taken");
         return -1;
     }
     int owner = fm_registry_partition_owner(c->reg, part);
+    if (owner >= 0 && owner != slot && lease_expired(c, fm_registry_at(c->reg, owner))) {
+        release(c, owner);
+        owner = -1;
+    }
     if (owner >= 0 && owner != slot) {
         snprintf(why, cap, "partition %d belongs to client %s", part, fm_registry_at(c->reg, owner)->id);
         return -1;
@@ -238,7 +332,7 @@ static void handle_hello(fm_coordinator_t *c, const char *id, const Fedmoe__Hell
     bool changed = !cl->greeted || cl->partition != part || cl->specialists != (int)h->specialists ||
                    cl->train_samples != h->train_samples || cl->val_samples != h->val_samples ||
                    cl->test_samples != h->test_samples;
-    cl->partition = part;
+    fm_registry_set_partition(c->reg, slot, part);
     cl->specialists = (int)h->specialists;
     cl->ready = h->train_samples > 0;
     cl->train_samples = h->train_samples;
@@ -267,7 +361,7 @@ static void handle_hello(fm_coordinator_t *c, const char *id, const Fedmoe__Hell
     fm_participant_t *p = fm_round_find(&c->round, slot);
     if (p && cl->ready && fm_round_rejoin(&c->round, p)) {
         fm_info("round %d: client %s is a participant: task sent again", c->round.number, id);
-        fm_coord_send_task(c, p);
+        fm_coord_queue_task(c, p);
     }
 }
 
@@ -330,6 +424,7 @@ static void handle_update(fm_coordinator_t *c, const char *id, int slot, const F
     fm_participant_t *p = update_target(c, id, slot, u);
     if (!p)
         return;
+    fm_coord_task_taken(c, p);
     fm_exchange_t e = fm_exchange_of(c->spec.strategy);
     fm_metrics_t m;
     fm_wire_code code = FM_WIRE_OK;
@@ -366,11 +461,16 @@ static void handle_update(fm_coordinator_t *c, const char *id, int slot, const F
         fm_info("round %d: update of %s clipped (distance %.4g / %.4g, bound %.4g / %.4g)", c->round.number, id,
                 p->norm[0], p->norm[1], c->clip[0], c->clip[1]);
     }
-    /* checked above, room reserved at the round's opening: adding cannot fail */
-    if (e.model)
-        fm_aggregator_add(c->agg_model, c->scratch, cl->weight);
-    if (e.prompt)
-        fm_aggregator_add(c->agg_prompt, prompt, cl->weight);
+    /* checked above, room reserved at the round's opening: adding fails only
+     * when a kept update cannot be written to its file (the disk) */
+    if ((e.model && fm_aggregator_add(c->agg_model, c->scratch, cl->weight) != FM_OK) ||
+        (e.prompt && fm_aggregator_add(c->agg_prompt, prompt, cl->weight) != FM_OK)) {
+        fm_errorf("round %d: the update of %s cannot be kept: %s", c->round.number, id, fm_error_last());
+        free(prompt);
+        fm_round_refuse(&c->round, p);
+        snprintf(p->row.status, sizeof p->row.status, "%s", fm_part_state_name(p->state));
+        return;
+    }
     fm_round_complete(&c->round, p, &prompt);
     fill_row(&p->row, &m, cl->weight, bytes);
     c->bytes_up += (int64_t)bytes;
@@ -390,16 +490,20 @@ static void handle_update(fm_coordinator_t *c, const char *id, int slot, const F
 static void check_progress(fm_coordinator_t *c, int slot, const Fedmoe__Heartbeat *hb)
 {
     fm_participant_t *p = c->round.state == FM_ROUND_OPEN ? fm_round_find(&c->round, slot) : NULL;
-    if (!hb->progress || !p || p->state != FM_PART_AWAITED || c->now - p->task_sent_at < TASK_LOST_S)
-        return;
     uint32_t r = (uint32_t)c->round.number;
+    if (!hb->progress || !p || p->state != FM_PART_AWAITED)
+        return;
+    if (hb->task_round >= r)
+        fm_coord_task_taken(c, p);
+    if (c->now - p->task_sent_at < TASK_LOST_S || fm_fanout_queued(&c->fanout, (int)(p - c->round.parts)))
+        return;
     bool no_task = hb->task_round < r, update_lost = hb->sent_round >= r;
     if (!no_task && !update_lost)
         return;
     if (fm_log_limit_take(&c->resends, c->now, WARNINGS_PER_SECOND, "task resends"))
         fm_info("round %d: client %s %s: its task sent again", c->round.number, fm_registry_at(c->reg, slot)->id,
                 no_task ? "never got its task" : "sent an update that never came");
-    fm_coord_send_task(c, p);
+    fm_coord_queue_task(c, p);
 }
 
 void fm_coordinator_handle(fm_coordinator_t *c, const char *id, const uint8_t *data, size_t len, double now)
@@ -443,5 +547,6 @@ void fm_coordinator_handle(fm_coordinator_t *c, const char *id, const uint8_t *d
     default: send_error(c, id, FM_WIRE_MALFORMED, "a coordinator takes hello, update, heartbeat and error messages"); break;
     }
     fedmoe__envelope__free_unpacked(env, NULL);
+    fm_coord_pump(c); /* (a Task taken makes room for the next) */
 }
 

@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fedmoe/blob.h"
 #include "fedmoe/options.h"
 #include "fedmoe/runspec.h"
 #include "fedmoe/status.h"
@@ -48,9 +49,11 @@ void fm_server_config_from_options(const fm_options_t *o, fm_server_config_t *c)
 
 typedef struct fm_coordinator fm_coordinator_t;
 
-/* How the coordinator sends: one encoded message to client id. Delivery is best
- * effort (a lost message is recovered by the protocol). */
-typedef fm_status (*fm_coordinator_send_fn)(void *user, const char *id, const uint8_t *data, size_t len);
+/* How the coordinator sends: one encoded message to client id, in n frames
+ * whose concatenation is the message (a Task's shared part is a blob, sent
+ * without a copy; fedmoe/blob.h). Delivery is best effort (a lost message is
+ * recovered by the protocol). */
+typedef fm_status (*fm_coordinator_send_fn)(void *user, const char *id, const fm_frame_t *f, int n);
 
 /* Opens the database, starts a new run or resumes the latest unfinished one.
  * cfg is copied. Caller destroys the coordinator. FM_ERR_ARG with a reason for a

@@ -10,6 +10,7 @@
 #include "fedmoe/log.h"
 #include "fedmoe/store.h"
 #include "fedmoe/wire.h"
+#include "fanout.h"
 #include "registry.h"
 #include "round.h"
 
@@ -28,6 +29,9 @@ struct fm_coordinator {
     fm_split_sizes_t *sizes;    /* every partition's split sizes of the run's dataset, NULL: unknown */
     uint64_t weight_cap;        /* the largest weight a client on its own data gets */
     fm_round_t round;
+    fm_blob_t *task_shared;     /* the open round's Task part every participant shares, or NULL */
+    fm_fanout_t fanout;         /* the pace of the open round's Tasks */
+    int *nearest, *nearest_found; /* the open round's K nearest pool prompts of each participant */
     fm_aggregator_t *agg_model, *agg_prompt;
     double clip[2];               /* this round's bound on update distances (model, prompt); 0: none */
     int clipped;                  /* updates clipped this round */
@@ -38,6 +42,7 @@ struct fm_coordinator {
     fm_log_limit_t refusals;      /* refusal warnings, at most WARNINGS_PER_SECOND */
     fm_log_limit_t resends;       /* "task sent again" lines, likewise */
     double waiting_logged;
+    double swept;                 /* when silent clients were last looked for */
     bool finished;
 };
 
@@ -51,8 +56,16 @@ static inline void fm_coord_set_now(fm_coordinator_t *c, double now)
     }
 }
 
-/* Sends participant p its Task (coordinator.c). */
-void fm_coord_send_task(fm_coordinator_t *c, fm_participant_t *p);
+/* The round's Tasks (coordinator.c), paced by the fan-out window (fanout.h):
+ * start encodes the shared part of the open round's Task and queues every
+ * participant's; end drops them (the round closed); queue asks for p's Task
+ * (again); taken frees p's place in the window; pump sends what the window
+ * lets through (after every message and tick). */
+fm_status fm_coord_start_tasks(fm_coordinator_t *c);
+void fm_coord_end_tasks(fm_coordinator_t *c);
+void fm_coord_queue_task(fm_coordinator_t *c, fm_participant_t *p);
+void fm_coord_task_taken(fm_coordinator_t *c, fm_participant_t *p);
+void fm_coord_pump(fm_coordinator_t *c);
 /* Sends an envelope; returns its size in bytes, 0 when not encoded (coordinator.c). */
 int64_t fm_coord_emit(fm_coordinator_t *c, const char *id, Fedmoe__Envelope *env);
 

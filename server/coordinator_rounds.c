@@ -16,9 +16,16 @@
 #define BENCH_MAX 16  /* rounds a failing client sits out at most */
 
 /* Clients silent for longer than the client timeout are taken as gone: not
- * selected, and no longer awaited in the round they were selected for. */
+ * selected, and no longer awaited in the round they were selected for. A scan
+ * of every client, so at most every SWEEP_S (a quarter of the timeout when
+ * that is shorter), not every tick. */
+#define SWEEP_S 1.0
 static void sweep_silent(fm_coordinator_t *c, double now)
 {
+    double every = c->cfg.client_timeout / 4 < SWEEP_S ? c->cfg.client_timeout / 4 : SWEEP_S;
+    if (now - c->swept < every)
+        return;
+    c->swept = now;
     for (int i = 0; i < fm_registry_count(c->reg); i++) {
         fm_client_t *cl = fm_registry_at(c->reg, i);
         if (!(cl->connected && now - cl->last_seen > c->cfg.client_timeout))
@@ -31,8 +38,10 @@ static void sweep_silent(fm_coordinator_t *c, double now)
         }
         fm_participant_t *p = fm_round_find(&c->round, i);
         bool awaited = p && p->state == FM_PART_AWAITED;
-        if (p)
+        if (p) {
             fm_round_lose(&c->round, p);
+            fm_coord_task_taken(c, p);
+        }
         fm_warn("client %s silent for %.0f s: taken as gone%s", cl->id, now - cl->last_seen,
                 awaited ? " (dropped from this round)" : "");
     }
@@ -98,8 +107,7 @@ static fm_status try_open_round(fm_coordinator_t *c, double now)
             }
         if (st == FM_OK) {
             fm_info("round %d/%d: %d of %d connected clients selected", round, c->cfg.rounds, want, ready);
-            for (int i = 0; i < c->round.nparts; i++)
-                fm_coord_send_task(c, &c->round.parts[i]);
+            st = fm_coord_start_tasks(c);
         }
     }
     free(cand);
@@ -308,11 +316,13 @@ static fm_status decide(fm_coordinator_t *c, double now)
                 "clients are ready",
                 k, done, n, c->cfg.min_clients);
         fm_round_close(&c->round, false);
+        fm_coord_end_tasks(c);
         return FM_OK;
     }
     fm_status st = commit_round(c, now);
     if (st == FM_OK)
         fm_round_close(&c->round, true);
+    fm_coord_end_tasks(c);
     return st;
 }
 
@@ -349,6 +359,7 @@ fm_status fm_coordinator_tick(fm_coordinator_t *c, double now)
     }
     if (c->round.state == FM_ROUND_WAITING)
         st = try_open_round(c, now);
+    fm_coord_pump(c); /* (places held too long are freed) */
     return st;
 }
 

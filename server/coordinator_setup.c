@@ -51,7 +51,7 @@ static fm_status restore(fm_coordinator_t *c)
             break;
         }
         fm_client_t *cl = fm_registry_at(c->reg, slot);
-        cl->partition = rows[i].partition_index;
+        fm_registry_set_partition(c->reg, slot, rows[i].partition_index);
         snprintf(cl->first_seen, sizeof cl->first_seen, "%s", rows[i].first_seen);
     }
     free(rows);
@@ -208,10 +208,10 @@ fm_status fm_coordinator_new(fm_coordinator_t **out, const fm_server_config_t *c
     c->spec = cfg->spec;
     c->send = send;
     c->send_user = user;
-    c->waiting_logged = -1e9;
+    c->waiting_logged = c->swept = -1e9;
     fm_round_init(&c->round, 1, cfg->round_timeout);
     if ((st = fm_run_spec_finish(&c->spec)) != FM_OK || (st = initial_state(c)) != FM_OK ||
-        (st = fm_registry_new(&c->reg)) != FM_OK || (st = fm_aggregator_new(&c->agg_model, c->dims.nmodel)) != FM_OK ||
+        (st = fm_registry_new(&c->reg, c->spec.partition_count)) != FM_OK || (st = fm_aggregator_new(&c->agg_model, c->dims.nmodel)) != FM_OK ||
         (st = fm_aggregator_new(&c->agg_prompt, c->dims.nprompt)) != FM_OK)
         goto fail;
     data_sizes(c);
@@ -234,6 +234,7 @@ void fm_coordinator_destroy(fm_coordinator_t **cp)
     fm_coordinator_t *c = cp ? *cp : NULL;
     if (!c)
         return;
+    fm_coord_end_tasks(c);
     fm_round_free(&c->round);
     fm_registry_destroy(&c->reg);
     free(c->global);

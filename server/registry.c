@@ -10,12 +10,26 @@ struct fm_registry {
     fm_client_t *slots;
     int *order; /* slots sorted by id */
     int count, cap;
+    int *owner; /* per partition: the slot holding it, -1: none */
+    int partitions;
 };
 
-fm_status fm_registry_new(fm_registry_t **out)
+fm_status fm_registry_new(fm_registry_t **out, int partitions)
 {
-    *out = calloc(1, sizeof **out);
-    return *out ? FM_OK : FM_ERR_NOMEM;
+    fm_registry_t *r = calloc(1, sizeof *r);
+    int *owner = malloc(sizeof(int) * (size_t)(partitions > 0 ? partitions : 1));
+    if (!r || !owner) {
+        free(r);
+        free(owner);
+        *out = NULL;
+        return FM_ERR_NOMEM;
+    }
+    for (int p = 0; p < partitions; p++)
+        owner[p] = -1;
+    r->owner = owner;
+    r->partitions = partitions;
+    *out = r;
+    return FM_OK;
 }
 
 void fm_registry_destroy(fm_registry_t **rp)
@@ -27,6 +41,7 @@ void fm_registry_destroy(fm_registry_t **rp)
         free(r->slots[i].prompt);
     free(r->slots);
     free(r->order);
+    free(r->owner);
     free(r);
     *rp = NULL;
 }
@@ -81,18 +96,25 @@ int fm_registry_add(fm_registry_t *r, const char *id)
     return slot;
 }
 
-int fm_registry_partition_owner(const fm_registry_t *r, int p)
+void fm_registry_set_partition(fm_registry_t *r, int slot, int p)
 {
-    for (int i = 0; i < r->count; i++)
-        if (r->slots[i].partition == p)
-            return i;
-    return -1;
+    fm_client_t *c = &r->slots[slot];
+    if (c->partition >= 0 && c->partition < r->partitions && r->owner[c->partition] == slot)
+        r->owner[c->partition] = -1;
+    c->partition = p >= 0 && p < r->partitions ? p : -1;
+    if (c->partition >= 0)
+        r->owner[c->partition] = slot;
 }
 
-int fm_registry_free_partition(const fm_registry_t *r, int count)
+int fm_registry_partition_owner(const fm_registry_t *r, int p)
 {
-    for (int p = 0; p < count; p++)
-        if (fm_registry_partition_owner(r, p) < 0)
+    return p >= 0 && p < r->partitions ? r->owner[p] : -1;
+}
+
+int fm_registry_free_partition(const fm_registry_t *r)
+{
+    for (int p = 0; p < r->partitions; p++)
+        if (r->owner[p] < 0)
             return p;
     return -1;
 }

@@ -4,7 +4,8 @@
  * A client keeps its slot (an index) for the life of the registry, so a round can
  * refer to its participants by slot; iteration in id order (fm_registry_sorted)
  * is what every deterministic choice uses (selection, nearest prompts, the
- * checkpoint's pool order). Lookup by id is a binary search. */
+ * checkpoint's pool order). Lookup by id is a binary search; the owner of a
+ * partition is a table look-up. */
 #ifndef FEDMOE_REGISTRY_H
 #define FEDMOE_REGISTRY_H
 
@@ -16,7 +17,7 @@
 
 typedef struct {
     char id[64];
-    int partition;          /* assigned partition, -1: none yet */
+    int partition;          /* assigned partition, -1: none yet (set with fm_registry_set_partition) */
     int specialists;
     uint64_t train_samples, val_samples, test_samples; /* as its hello declared them */
     uint64_t weight;        /* its averaging weight, decided at hello */
@@ -35,8 +36,9 @@ typedef struct {
 
 typedef struct fm_registry fm_registry_t;
 
-/* An empty registry; caller destroys it (freeing every pool entry). */
-fm_status fm_registry_new(fm_registry_t **out);
+/* An empty registry of a run with `partitions` partitions; caller destroys it
+ * (freeing every pool entry). */
+fm_status fm_registry_new(fm_registry_t **out, int partitions);
 /* Frees the registry and every entry it owns, sets *r to NULL; safe on NULL. */
 void fm_registry_destroy(fm_registry_t **r);
 
@@ -52,8 +54,10 @@ int fm_registry_add(fm_registry_t *r, const char *id);
 /* The slots in id order (count entries, owned by the registry, valid until the
  * next fm_registry_add). */
 const int *fm_registry_sorted(const fm_registry_t *r);
-/* The lowest partition in 0..count-1 that no client holds, or -1. */
-int fm_registry_free_partition(const fm_registry_t *r, int count);
+/* Gives the client in slot its partition p (in the run's range), or none (-1). */
+void fm_registry_set_partition(fm_registry_t *r, int slot, int p);
+/* The lowest partition that no client holds, or -1. */
+int fm_registry_free_partition(const fm_registry_t *r);
 /* The slot holding partition p, or -1. */
 int fm_registry_partition_owner(const fm_registry_t *r, int p);
 

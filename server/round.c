@@ -23,8 +23,10 @@ static void free_parts(fm_round_t *r)
     for (int i = 0; i < r->nparts; i++)
         free(r->parts[i].prompt);
     free(r->parts);
+    free(r->by_slot);
     r->parts = NULL;
-    r->nparts = 0;
+    r->by_slot = NULL;
+    r->nparts = r->nslots = 0;
 }
 
 void fm_round_free(fm_round_t *r) { free_parts(r); }
@@ -33,10 +35,20 @@ fm_status fm_round_open(fm_round_t *r, const int *slots, char (*ids)[64], int n,
 {
     if (r->state != FM_ROUND_WAITING || n < 1)
         return FM_ERR_STATE;
+    int nslots = 0;
+    for (int i = 0; i < n; i++)
+        nslots = slots[i] >= nslots ? slots[i] + 1 : nslots;
     fm_participant_t *p = calloc((size_t)n, sizeof *p);
-    if (!p)
+    int *by_slot = malloc(sizeof(int) * (size_t)nslots);
+    if (!p || !by_slot) {
+        free(p);
+        free(by_slot);
         return FM_ERR_NOMEM;
+    }
+    for (int s = 0; s < nslots; s++)
+        by_slot[s] = -1;
     for (int i = 0; i < n; i++) {
+        by_slot[slots[i]] = i;
         p[i].slot = slots[i];
         p[i].state = FM_PART_AWAITED;
         snprintf(p[i].row.client_id, sizeof p[i].row.client_id, "%s", ids[i]);
@@ -44,6 +56,8 @@ fm_status fm_round_open(fm_round_t *r, const int *slots, char (*ids)[64], int n,
     }
     r->parts = p;
     r->nparts = n;
+    r->by_slot = by_slot;
+    r->nslots = nslots;
     r->state = FM_ROUND_OPEN;
     r->started = now;
     r->deadline = now + r->timeout;
@@ -54,12 +68,9 @@ fm_status fm_round_open(fm_round_t *r, const int *slots, char (*ids)[64], int n,
 
 fm_participant_t *fm_round_find(fm_round_t *r, int slot)
 {
-    if (r->state != FM_ROUND_OPEN)
+    if (r->state != FM_ROUND_OPEN || slot < 0 || slot >= r->nslots || r->by_slot[slot] < 0)
         return NULL;
-    for (int i = 0; i < r->nparts; i++)
-        if (r->parts[i].slot == slot)
-            return &r->parts[i];
-    return NULL;
+    return &r->parts[r->by_slot[slot]];
 }
 
 void fm_round_complete(fm_round_t *r, fm_participant_t *p, float **prompt)

@@ -58,6 +58,8 @@ typedef struct {
     int number;               /* the round open, or the next one */
     fm_participant_t *parts;
     int nparts;
+    int *by_slot;             /* the participant of each registry slot below nslots, -1: none */
+    int nslots;
     double started, deadline; /* the caller's clock */
     double timeout;           /* seconds from opening (or extending) to the deadline */
     int extensions;

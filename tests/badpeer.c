@@ -40,18 +40,16 @@ static int drain_errors(int ms)
     int n = 0;
     zmq_pollitem_t it = {sock, 0, ZMQ_POLLIN, 0};
     while (zmq_poll(&it, 1, ms) > 0) {
-        zmq_msg_t m;
-        zmq_msg_init(&m);
-        if (zmq_msg_recv(&m, sock, ZMQ_DONTWAIT) < 0) {
-            zmq_msg_close(&m);
+        uint8_t *m;
+        size_t len;
+        if (fm_wire_recv(sock, ZMQ_DONTWAIT, (size_t)1 << 31, &m, &len) != FM_OK)
             break;
-        }
-        Fedmoe__Envelope *e = fedmoe__envelope__unpack(NULL, zmq_msg_size(&m), zmq_msg_data(&m));
+        Fedmoe__Envelope *e = fedmoe__envelope__unpack(NULL, len, m);
         if (e && e->body_case == FEDMOE__ENVELOPE__BODY_ERROR)
             n++;
         if (e)
             fedmoe__envelope__free_unpacked(e, NULL);
-        zmq_msg_close(&m);
+        free(m);
         ms = 200;
     }
     return n;

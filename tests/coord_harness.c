@@ -34,12 +34,16 @@ typedef struct {
 static sent_t sent[MAX_SENT];
 static int nsent;
 
-static fm_status capture(void *user, const char *id, const uint8_t *data, size_t len)
+static fm_status capture(void *user, const char *id, const fm_frame_t *f, int n)
 {
     (void)user;
     assert_true(nsent < MAX_SENT);
     snprintf(sent[nsent].id, 64, "%s", id);
+    size_t len;
+    uint8_t *data = fm_frames_join(f, n, &len); /* (as a client's fm_wire_recv joins them) */
+    assert_non_null(data);
     assert_int_equal(fm_wire_decode(data, len, (size_t)1 << 30, &sent[nsent].env), FM_OK);
+    free(data);
     nsent++;
     return FM_OK;
 }

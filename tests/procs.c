@@ -329,12 +329,13 @@ Fedmoe__Envelope *procs_recv_kind(void *sock, int kind, double seconds, uint8_t 
             assert_true(n > 0 && n <= 255);
             *ridn = n;
         }
-        zmq_msg_t m;
-        zmq_msg_init(&m);
+        uint8_t *m;
+        size_t len;
         Fedmoe__Envelope *e = NULL;
-        if (zmq_msg_recv(&m, sock, 0) >= 0)
-            fm_wire_decode(zmq_msg_data(&m), zmq_msg_size(&m), 1u << 30, &e);
-        zmq_msg_close(&m);
+        if (fm_wire_recv(sock, 0, 1u << 30, &m, &len) == FM_OK) {
+            fm_wire_decode(m, len, 1u << 30, &e);
+            free(m);
+        }
         if (e && (kind == 0 || (int)e->body_case == kind))
             return e;
         if (e)

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "fedmoe/aggregate.h"
+#include "fedmoe/knn.h"
 #include "fedmoe/rng.h"
 
 #define N 5000
@@ -170,6 +171,47 @@ static void test_robust_rules(void **state)
 
 /* Clipping bounds the distance from the reference and keeps the direction;
  * an update within the bound, or no bound, is left as it is. */
+/* Kept updates beyond the memory budget go to a file: with a budget of 2 rows
+ * (the rest spilled) every rule, clipping and the kept mean give bit-identical
+ * results to an aggregator holding everything in memory. */
+static void test_spilled_rows_same_results(void **state)
+{
+    (void)state;
+    const fm_agg_spec_t rules[] = {{FM_AGG_MEAN, 0.0}, {FM_AGG_MEDIAN, 0.0}, {FM_AGG_TRIMMED_MEAN, 0.2}};
+    fm_rng_t r;
+    fm_rng_init(&r, 5, 5);
+    float *x = malloc(sizeof(float) * N * 9), *ref = calloc(N, sizeof(float));
+    for (int i = 0; i < N * 9; i++)
+        x[i] = (float)fm_rng_normal(&r);
+    float *want = malloc(sizeof(float) * N), *got = malloc(sizeof(float) * N);
+    for (size_t q = 0; q < sizeof rules / sizeof rules[0]; q++) {
+        fm_aggregator_t *mem = NULL, *disk = NULL;
+        assert_int_equal(fm_aggregator_new(&mem, N), FM_OK);
+        assert_int_equal(fm_aggregator_new(&disk, N), FM_OK);
+        fm_aggregator_set_memory(disk, sizeof(float) * N * 2 + 7);
+        fm_aggregator_t *both[2] = {mem, disk};
+        for (int k = 0; k < 2; k++) {
+            fm_aggregator_set_rule(both[k], &rules[q]);
+            fm_aggregator_keep(both[k], true);
+            assert_int_equal(fm_aggregator_reserve(both[k], 4), FM_OK); /* fewer than will come: grows */
+            for (int c = 0; c < 9; c++)
+                assert_int_equal(fm_aggregator_add(both[k], x + (size_t)c * N, 1 + (uint64_t)c * 7), FM_OK);
+        }
+        int clipped = fm_aggregator_clip_rows(mem, ref, 70.5); /* (norms are about sqrt(N) = 70.7) */
+        assert_true(clipped > 0 && clipped < 9);
+        assert_int_equal(fm_aggregator_clip_rows(disk, ref, 70.5), clipped);
+        assert_int_equal(fm_aggregator_result(mem, want), FM_OK);
+        assert_int_equal(fm_aggregator_result(disk, got), FM_OK);
+        assert_memory_equal(want, got, sizeof(float) * N);
+        fm_aggregator_destroy(&mem);
+        fm_aggregator_destroy(&disk);
+    }
+    free(x);
+    free(ref);
+    free(want);
+    free(got);
+}
+
 static void test_clip_to_norm(void **state)
 {
     (void)state;
@@ -219,14 +261,60 @@ static void test_knn(void **state)
     assert_int_equal(out[2], 3);
 }
 
+/* The batched search (one GEMM per block of queries, then the exact distance
+ * for the entries its error bound cannot rule out) gives fm_knn's answer for
+ * every query: on pools with missing entries, exact duplicates (ties),
+ * near-ties a few ulps apart, clusters far from the origin (where |q|^2 + |p|^2
+ * - 2 q.p cancels), and more queries than one block. */
+static void test_knn_batch_is_exact(void **state)
+{
+    (void)state;
+    enum { POOL = 300, DIM = 37, K = 5 };
+    fm_rng_t r;
+    fm_rng_init(&r, 9, 9);
+    float *p = malloc(sizeof(float) * POOL * DIM);
+    for (int shape = 0; shape < 3; shape++) {
+        for (int i = 0; i < POOL; i++)
+            for (int j = 0; j < DIM; j++) {
+                float *x = &p[i * DIM + j];
+                if (shape == 0)
+                    *x = (float)fm_rng_normal(&r);
+                else if (shape == 1) /* a far cluster, small spread */
+                    *x = 1000.0f + (float)(1e-3 * fm_rng_normal(&r));
+                else /* few distinct values: many exact ties */
+                    *x = (float)fm_rng_below(&r, 3);
+            }
+        for (int i = 0; i < POOL; i += 17) { /* duplicates and near-duplicates */
+            memcpy(&p[(i + 1) % POOL * DIM], &p[i * DIM], sizeof(float) * DIM);
+            p[(i + 2) % POOL * DIM] = nextafterf(p[i * DIM], INFINITY);
+        }
+        const float *entries[POOL];
+        int selves[POOL];
+        for (int i = 0; i < POOL; i++) {
+            entries[i] = i % 23 == 5 ? NULL : &p[i * DIM];
+            selves[i] = (i * 7) % POOL;
+        }
+        int out[POOL * K], found[POOL], want[K];
+        assert_int_equal(fm_knn_batch(entries, POOL, DIM, selves, POOL, K, out, found), FM_OK);
+        for (int q = 0; q < POOL; q++) {
+            int n = fm_knn(entries, POOL, DIM, selves[q], K, want);
+            assert_int_equal(found[q], n);
+            assert_memory_equal(out + q * K, want, sizeof(int) * (size_t)n);
+        }
+    }
+    free(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_weighted_mean_and_order),
         cmocka_unit_test(test_bad_updates_change_nothing),
         cmocka_unit_test(test_robust_rules),
+        cmocka_unit_test(test_spilled_rows_same_results),
         cmocka_unit_test(test_clip_to_norm),
         cmocka_unit_test(test_knn),
+        cmocka_unit_test(test_knn_batch_is_exact),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

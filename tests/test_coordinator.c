@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "coord_harness.h"
+#include "fanout.h"
 #include "fedmoe/clientdata.h"
 #include "fedmoe/log.h"
 #include "procs.h"
@@ -238,6 +239,42 @@ static void test_resume_from_checkpoint(void **state)
     finish(&c);
 }
 
+/* Tasks go out through the fan-out window (server/fanout.h): with more
+ * participants than the window, the first `window` go at the opening, one more
+ * for each taken (a progress heartbeat for the round, or an update), and the
+ * rest when the places of Tasks not taken run out (FM_FANOUT_ACK_S). */
+static void test_tasks_through_window(void **state)
+{
+    (void)state;
+    enum { N = FM_FANOUT_MAX + 16 };
+    char names[N][16];
+    const char *ids[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof names[i], "c%03d", i);
+        ids[i] = names[i];
+    }
+    fm_server_config_t cfg;
+    fm_coordinator_t *c = open_run(&cfg, ids, N, N, 100); /* (a tiny model: the window is FM_FANOUT_MAX) */
+    assert_int_equal(count_sent(NULL, FEDMOE__ENVELOPE__BODY_TASK, NULL), FM_FANOUT_MAX);
+    for (int i = 0; i < 10; i++) /* taken: ten more go */
+        heartbeat_progress(c, ids[i], 1, 0, 0.1);
+    heartbeat_progress(c, ids[10], 0, 0, 0.1); /* (a heartbeat without the task frees nothing) */
+    assert_int_equal(count_sent(NULL, FEDMOE__ENVELOPE__BODY_TASK, NULL), FM_FANOUT_MAX + 10);
+    update(c, ids[11], 1.0f, 100, HONEST, 0.2); /* an update takes its task too */
+    assert_int_equal(count_sent(NULL, FEDMOE__ENVELOPE__BODY_TASK, NULL), FM_FANOUT_MAX + 11);
+    assert_int_equal(fm_coordinator_tick(c, 1.0), FM_OK);
+    assert_int_equal(count_sent(NULL, FEDMOE__ENVELOPE__BODY_TASK, NULL), FM_FANOUT_MAX + 11);
+    assert_int_equal(fm_coordinator_tick(c, 0.1 + FM_FANOUT_ACK_S), FM_OK); /* places run out */
+    assert_int_equal(count_sent(NULL, FEDMOE__ENVELOPE__BODY_TASK, NULL), N);
+    for (int i = 0; i < N; i++) /* each once, whole (joined from its frames and decoded by the capture) */
+        assert_int_equal(count_sent(ids[i], FEDMOE__ENVELOPE__BODY_TASK, NULL), 1);
+    for (int i = 0; i < N; i++)
+        if (i != 11)
+            update(c, ids[i], 1.0f, 100, HONEST, 3.0);
+    expect_rounds(c, &cfg, 3.0, 1);
+    finish(&c);
+}
+
 int main(void)
 {
     fm_log_set_level(FM_LOG_ERROR);
@@ -250,6 +287,7 @@ int main(void)
         cmocka_unit_test(test_silent_worker_capped),
         cmocka_unit_test(test_run_goes_on_without_silent_worker),
         cmocka_unit_test(test_resume_from_checkpoint),
+        cmocka_unit_test(test_tasks_through_window),
     };
     return procs_run_tests("coordinator", tests, sizeof tests / sizeof tests[0], coord_dir, sizeof coord_dir);
 }

@@ -247,17 +247,15 @@ typedef struct {
 
 static Fedmoe__Envelope *recv_env(void *sock)
 {
-    zmq_msg_t m;
-    zmq_msg_init(&m);
     int timeout = 20000;
     zmq_setsockopt(sock, ZMQ_RCVTIMEO, &timeout, sizeof timeout);
-    if (zmq_msg_recv(&m, sock, 0) < 0) {
-        zmq_msg_close(&m);
+    uint8_t *m;
+    size_t len;
+    if (fm_wire_recv(sock, 0, 1u << 30, &m, &len) != FM_OK)
         return NULL;
-    }
     Fedmoe__Envelope *env = NULL;
-    fm_wire_decode(zmq_msg_data(&m), zmq_msg_size(&m), 1u << 30, &env);
-    zmq_msg_close(&m);
+    fm_wire_decode(m, len, 1u << 30, &env);
+    free(m);
     return env;
 }
 

@@ -3,7 +3,11 @@
  * once (a burst of 500 uploads of the whole model). The rounds finish, and the
  * global state is bit-identical to the same run with 5 clients: the 500
  * upload the same 5 updates 100 times each, and the aggregation is exact and
- * order-independent, so at scale too. (Before heartbeats reported progress, a
+ * order-independent, so at scale too. The coordinator's peak memory stays
+ * under a bound of a few models plus a fixed base plus libzmq's own memory per
+ * connection: no copy of the model per client (before the fan-out window, the
+ * shared Task part and the spilled first-round updates it held 1.07 models per
+ * client, 500 MB here). (Before heartbeats reported progress, a
  * burst could lose Tasks with replaced connections and leave a round waiting
  * for ever.) */
 #include <setjmp.h>
@@ -16,10 +20,40 @@
 #include <unistd.h>
 
 #include "coordinator.h"
+#include "fanout.h"
+#include "fedmoe/aggregate.h"
 #include "fedmoe/store.h"
 #include "procs.h"
 
 static char dir[256];
+
+/* The bound on the coordinator's peak resident memory: a fixed base (the
+ * program, SQLite, libzmq's threads), the kept-updates budget, a few copies of
+ * the model (global state, accumulator at 16 bytes a value, the shared Task
+ * part, a decoded update, the Tasks in the fan-out window) and libzmq's
+ * memory per connection (its queues' 16 KB chunks, buffers, CURVE state:
+ * about 45 KB measured idle). */
+static long peak_bound_kb(int clients, size_t model_bytes)
+{
+    return 48 * 1024 + (long)(FM_AGG_MEMORY >> 10) + (long)(12 * model_bytes + FM_FANOUT_BYTES) / 1024 +
+           64L * clients;
+}
+
+/* The peak memory the coordinator logged as it ended (KB). */
+static long logged_peak_kb(const char *log)
+{
+    FILE *f = fopen(log, "r");
+    assert_non_null(f);
+    char line[512];
+    long kb = -1;
+    while (fgets(line, sizeof line, f)) {
+        const char *at = strstr(line, "peak memory ");
+        if (at)
+            kb = strtol(at + 12, NULL, 10);
+    }
+    fclose(f);
+    return kb;
+}
 
 /* The final global vector and prompt of a run of `clients` loadgen clients
  * (2 rounds, full strategy), as bytes (malloc'd) and their length. */
@@ -58,6 +92,9 @@ static uint8_t *run_with(int clients, size_t *len)
     fm_checkpoint_t ck;
     assert_int_equal(fm_checkpoint_decode(blob, blen, &ck), FM_OK);
     assert_int_equal(ck.pool_count, clients); /* everyone's prompt is in the pool */
+    long peak = logged_peak_kb(log), bound = peak_bound_kb(clients, sizeof(float) * ck.nglobal);
+    fprintf(stderr, "%d clients: coordinator peak %ld KB, bound %ld KB\n", clients, peak, bound);
+    assert_true(peak > 0 && peak <= bound);
     *len = sizeof(float) * (ck.nglobal + ck.nprompt);
     uint8_t *out = malloc(*len);
     memcpy(out, ck.global, sizeof(float) * ck.nglobal);

@@ -1,9 +1,11 @@
 #include "fedmoe/aggregate.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fedmoe/log.h"
 
@@ -16,9 +18,15 @@ struct fm_aggregator {
     int count;
     fm_agg_spec_t spec;
     bool keep;      /* mean: keep the updates and sum them at the end (fm_aggregator_keep) */
-    float *rows;    /* robust rules and keep: the updates added, count x n */
-    uint64_t *wts;  /* and their weights */
-    int rows_cap;   /* rows allocated */
+    /* robust rules and keep: the updates added (count rows of n), the first
+     * mem_rows in memory, the rest in an unlinked temporary file */
+    float *rows;
+    int rows_cap;   /* rows allocated in memory (at most mem_rows) */
+    int mem_rows;
+    size_t memory;  /* bytes of kept rows held in memory at most */
+    int fd;         /* the spill file, -1: none yet */
+    uint64_t *wts;  /* the kept rows' weights */
+    int wts_cap;
 };
 
 void fm_agg_spec_name(const fm_agg_spec_t *s, char *buf, size_t cap)
@@ -60,6 +68,8 @@ fm_status fm_aggregator_new(fm_aggregator_t **out, size_t n)
     if (!a)
         return FM_ERR_NOMEM;
     a->n = n;
+    a->fd = -1;
+    fm_aggregator_set_memory(a, FM_AGG_MEMORY);
     a->acc = calloc(n ? n : 1, sizeof(__int128));
     if (!a->acc) {
         free(a);
@@ -75,6 +85,8 @@ void fm_aggregator_destroy(fm_aggregator_t **ap)
         return;
     free((*ap)->acc);
     free((*ap)->rows);
+    if ((*ap)->fd >= 0)
+        close((*ap)->fd);
     free((*ap)->wts);
     free(*ap);
     *ap = NULL;
@@ -99,30 +111,104 @@ void fm_aggregator_keep(fm_aggregator_t *a, bool keep)
 {
     a->keep = keep;
     fm_aggregator_reset(a);
+    if (!keeps_rows(a)) { /* (memory for rows no longer kept goes back) */
+        free(a->rows);
+        a->rows = NULL;
+        a->rows_cap = 0;
+        if (a->fd >= 0)
+            close(a->fd);
+        a->fd = -1;
+    }
+}
+
+void fm_aggregator_set_memory(fm_aggregator_t *a, size_t bytes)
+{
+    size_t row = sizeof(float) * (a->n ? a->n : 1), k = bytes / row;
+    a->memory = bytes;
+    a->mem_rows = k < 1 ? 1 : k > (size_t)1 << 30 ? 1 << 30 : (int)k;
+}
+
+/* ---- kept rows: in memory, then in the spill file ---- */
+
+static size_t row_bytes(const fm_aggregator_t *a) { return sizeof(float) * a->n; }
+
+static fm_status spill_open(fm_aggregator_t *a)
+{
+    if (a->fd >= 0)
+        return FM_OK;
+    const char *dir = getenv("TMPDIR");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/fedmoe-updates-XXXXXX", dir && *dir ? dir : "/tmp");
+    a->fd = mkstemp(path);
+    if (a->fd < 0) {
+        fm_error_set("cannot make a file for kept updates in %s: %s", dir && *dir ? dir : "/tmp", strerror(errno));
+        return FM_ERR_IO;
+    }
+    unlink(path);
+    return FM_OK;
+}
+
+/* Reads or writes len floats at offset off of kept row i. */
+static fm_status row_io(const fm_aggregator_t *a, int i, size_t off, size_t len, float *buf, bool write)
+{
+    if (i < a->mem_rows) {
+        float *r = a->rows + (size_t)i * a->n + off;
+        memcpy(write ? r : buf, write ? buf : r, sizeof(float) * len);
+        return FM_OK;
+    }
+    off_t at = (off_t)((size_t)(i - a->mem_rows) * row_bytes(a) + sizeof(float) * off);
+    size_t want = sizeof(float) * len, done = 0;
+    while (done < want) {
+        ssize_t k = write ? pwrite(a->fd, (const char *)buf + done, want - done, at + (off_t)done)
+                          : pread(a->fd, (char *)buf + done, want - done, at + (off_t)done);
+        if (k <= 0 && !(k < 0 && errno == EINTR)) {
+            fm_error_set("kept updates: %s", k < 0 ? strerror(errno) : "short read");
+            return FM_ERR_IO;
+        }
+        done += k > 0 ? (size_t)k : 0;
+    }
+    return FM_OK;
 }
 
 fm_status fm_aggregator_reserve(fm_aggregator_t *a, int k)
 {
-    if (!keeps_rows(a) || k <= a->rows_cap)
+    if (!keeps_rows(a))
         return FM_OK;
-    float *r = realloc(a->rows, sizeof(float) * a->n * (size_t)k);
-    if (r)
-        a->rows = r;
-    uint64_t *w = r ? realloc(a->wts, sizeof(uint64_t) * (size_t)k) : NULL;
-    if (!w) {
-        fm_error_set("out of memory keeping %d updates of %zu values", k, a->n);
-        return FM_ERR_NOMEM;
+    if (k > a->wts_cap) {
+        uint64_t *w = realloc(a->wts, sizeof(uint64_t) * (size_t)k);
+        if (!w) {
+            fm_error_set("out of memory keeping %d updates", k);
+            return FM_ERR_NOMEM;
+        }
+        a->wts = w;
+        a->wts_cap = k;
     }
-    a->wts = w;
-    a->rows_cap = k;
-    return FM_OK;
+    int m = k < a->mem_rows ? k : a->mem_rows;
+    if (m > a->rows_cap) {
+        float *r = realloc(a->rows, row_bytes(a) * (size_t)m);
+        if (!r) {
+            fm_error_set("out of memory keeping %d updates of %zu values", m, a->n);
+            return FM_ERR_NOMEM;
+        }
+        a->rows = r;
+        a->rows_cap = m;
+    }
+    return k > a->mem_rows ? spill_open(a) : FM_OK;
 }
 
 int fm_aggregator_clip_rows(fm_aggregator_t *a, const float *ref, double bound)
 {
     int clipped = 0;
-    for (int i = 0; keeps_rows(a) && i < a->count; i++)
-        clipped += fm_clip_to_norm(a->rows + (size_t)i * a->n, ref, a->n, bound) > bound;
+    float *x = keeps_rows(a) && a->count ? malloc(row_bytes(a)) : NULL;
+    for (int i = 0; x && i < a->count; i++) {
+        if (row_io(a, i, 0, a->n, x, false) != FM_OK)
+            break;
+        if (fm_clip_to_norm(x, ref, a->n, bound) > bound) {
+            clipped++;
+            row_io(a, i, 0, a->n, x, true);
+        }
+    }
+    free(x);
     return clipped;
 }
 
@@ -146,7 +232,17 @@ fm_status fm_aggregator_check(const fm_aggregator_t *a, const float *x, uint64_t
 
 /* x * w is exact in double (24 + 29 bits); scaling by 2^40 is exact; the
  * conversion truncates toward zero, a function of the value alone */
-static inline __int128 fixed(float x, double w) { return (__int128)ldexp((double)x * w, FIXED_BITS); }
+static inline __int128 fixed(float x, double w)
+{
+    /* = (__int128)ldexp(v, FIXED_BITS), without the slow software conversion
+     * to 128 bits: v = hi + frac exactly (|v| < 2^59, hi = trunc(v)), frac has
+     * v's sign and |frac| < 1, so trunc(v 2^40) = hi 2^40 + trunc(frac 2^40),
+     * both parts converted by the hardware */
+    double v = (double)x * w;
+    int64_t hi = (int64_t)v;
+    int64_t lo = (int64_t)((v - (double)hi) * (double)(1ull << FIXED_BITS));
+    return (__int128)hi * ((__int128)1 << FIXED_BITS) + lo;
+}
 
 fm_status fm_aggregator_add(fm_aggregator_t *a, const float *x, uint64_t weight)
 {
@@ -154,9 +250,10 @@ fm_status fm_aggregator_add(fm_aggregator_t *a, const float *x, uint64_t weight)
     if (st != FM_OK)
         return st;
     if (keeps_rows(a)) {
-        if (a->count == a->rows_cap && (st = fm_aggregator_reserve(a, a->rows_cap ? 2 * a->rows_cap : 8)) != FM_OK)
+        if (a->count == a->wts_cap && (st = fm_aggregator_reserve(a, a->wts_cap ? 2 * a->wts_cap : 8)) != FM_OK)
             return st;
-        memcpy(a->rows + a->n * (size_t)a->count, x, sizeof(float) * a->n);
+        if ((st = row_io(a, a->count, 0, a->n, (float *)x, true)) != FM_OK)
+            return st;
         a->wts[a->count] = weight;
         a->total += weight;
         a->count++;
@@ -196,16 +293,21 @@ static void sort_floats(float *v, int k)
 static fm_status robust_result(const fm_aggregator_t *a, float *out)
 {
     int k = a->count, cut = 0;
-    float *col = malloc(sizeof(float) * (size_t)k);
-    if (!col)
-        return FM_ERR_NOMEM;
+    /* coordinates in blocks of b: every row's slice of the block read at once */
+    size_t b = a->memory / (sizeof(float) * (size_t)k);
+    b = b < 1 ? 1 : b > a->n ? a->n : b;
+    float *col = malloc(sizeof(float) * (size_t)k), *block = malloc(sizeof(float) * (size_t)k * b);
+    fm_status st = col && block ? FM_OK : FM_ERR_NOMEM;
     if (a->spec.rule == FM_AGG_TRIMMED_MEAN) {
         cut = (int)floor(a->spec.trim * k);
         cut = k - 2 * cut >= 1 ? cut : (k - 1) / 2;
     }
-    for (size_t j = 0; j < a->n; j++) {
+    for (size_t j = 0; st == FM_OK && j < a->n; j++) {
+        size_t at = j % b, len = a->n - (j - at) < b ? a->n - (j - at) : b;
+        for (int i = 0; at == 0 && st == FM_OK && i < k; i++)
+            st = row_io(a, i, j, len, block + (size_t)i * len, false);
         for (int i = 0; i < k; i++)
-            col[i] = a->rows[(size_t)i * a->n + j];
+            col[i] = block[(size_t)i * len + at];
         sort_floats(col, k);
         if (a->spec.rule == FM_AGG_MEDIAN) {
             out[j] = k % 2 ? col[k / 2] : (float)(((double)col[k / 2 - 1] + col[k / 2]) * 0.5);
@@ -217,7 +319,10 @@ static fm_status robust_result(const fm_aggregator_t *a, float *out)
         }
     }
     free(col);
-    return FM_OK;
+    free(block);
+    if (st == FM_ERR_NOMEM)
+        fm_error_set("out of memory");
+    return st;
 }
 
 fm_status fm_aggregator_result(const fm_aggregator_t *a, float *out)
@@ -229,14 +334,21 @@ fm_status fm_aggregator_result(const fm_aggregator_t *a, float *out)
     if (a->spec.rule != FM_AGG_MEAN)
         return robust_result(a, out);
     double inv = 1.0 / (double)a->total;
-    if (a->keep) { /* the same exact sums, over the kept rows */
-        for (size_t j = 0; j < a->n; j++) {
-            __int128 s = 0;
-            for (int i = 0; i < a->count; i++)
-                s += fixed(a->rows[(size_t)i * a->n + j], (double)a->wts[i]);
-            out[j] = (float)(ldexp((double)s, -FIXED_BITS) * inv);
+    if (a->keep) { /* the same exact sums, over the kept rows, a row at a time */
+        __int128 *s = calloc(a->n ? a->n : 1, sizeof(__int128));
+        float *x = malloc(row_bytes(a) ? row_bytes(a) : 1);
+        fm_status st = s && x ? FM_OK : FM_ERR_NOMEM;
+        for (int i = 0; st == FM_OK && i < a->count; i++) {
+            if ((st = row_io(a, i, 0, a->n, x, false)) != FM_OK)
+                break;
+            for (size_t j = 0; j < a->n; j++)
+                s[j] += fixed(x[j], (double)a->wts[i]);
         }
-        return FM_OK;
+        for (size_t j = 0; st == FM_OK && j < a->n; j++)
+            out[j] = (float)(ldexp((double)s[j], -FIXED_BITS) * inv);
+        free(s);
+        free(x);
+        return st;
     }
     for (size_t i = 0; i < a->n; i++)
         out[i] = (float)(ldexp((double)a->acc[i], -FIXED_BITS) * inv);
@@ -275,38 +387,4 @@ double fm_median(double *v, int n)
         return 0.0;
     qsort(v, (size_t)n, sizeof(double), cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-int fm_knn(const float *const *entries, int n, size_t dim, int self, int k, int *out)
-{
-    if (self < 0 || self >= n || !entries[self] || k <= 0)
-        return 0;
-    const float *me = entries[self];
-    int found = 0;
-    double best[k];
-    for (int i = 0; i < n; i++) {
-        if (i == self || !entries[i])
-            continue;
-        double d2 = 0.0;
-        for (size_t j = 0; j < dim; j++) {
-            double t = (double)entries[i][j] - me[j];
-            d2 += t * t;
-        }
-        /* insertion into the sorted list of the best k; equal distances keep the lower index first */
-        int pos = found;
-        while (pos > 0 && best[pos - 1] > d2)
-            pos--;
-        if (pos >= k)
-            continue;
-        int last = found < k ? found : k - 1;
-        for (int q = last; q > pos; q--) {
-            best[q] = best[q - 1];
-            out[q] = out[q - 1];
-        }
-        best[pos] = d2;
-        out[pos] = i;
-        if (found < k)
-            found++;
-    }
-    return found;
 }

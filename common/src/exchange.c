@@ -29,47 +29,124 @@ fm_exchange_dims_t fm_exchange_dims(const fm_run_spec_t *s, size_t nmodel)
 
 /* ---- Task ---------------------------------------------------------------- */
 
+/* The Task's tensors that every participant shares (the round's global state),
+ * or (own) those of one client (its K nearest pool prompts) and its nonce,
+ * as a Task message of their own; ok false when out of memory. */
+typedef struct {
+    Fedmoe__Task task;
+    Fedmoe__Tensor model, prompt, nl[64];
+    Fedmoe__Tensor *model_list[1], *nl_list[64];
+    int built;
+    bool ok;
+} task_part_t;
+
+static void task_part_build(task_part_t *p, const fm_run_spec_t *s, const fm_exchange_dims_t *d, const fm_task_t *t,
+                            bool own)
+{
+    fm_exchange_t e = fm_exchange_of(s->strategy);
+    memset(p, 0, sizeof *p);
+    fedmoe__task__init(&p->task);
+    p->ok = true;
+    if (own) {
+        int k = e.pool ? (t->k < 64 ? t->k : 64) : 0;
+        p->task.nonce.data = (uint8_t *)t->nonce;
+        p->task.nonce.len = FM_NONCE_BYTES;
+        for (; p->built < k; p->built++) {
+            p->ok &= fm_wire_tensor_set(&p->nl[p->built], "nonlocal", t->nonlocal[p->built], d->prompt_rows,
+                                        d->prompt_cols) == FM_OK;
+            p->nl_list[p->built] = &p->nl[p->built];
+        }
+        p->task.nonlocal_prompts = p->nl_list;
+        p->task.n_nonlocal_prompts = (size_t)k;
+        return;
+    }
+    p->task.round = t->round;
+    p->task.lr_scale = t->lr_scale;
+    if (e.model) {
+        p->ok &= fm_wire_tensor_set(&p->model, "model", t->model, 1, (uint32_t)d->nmodel) == FM_OK;
+        p->model_list[0] = &p->model;
+        p->task.model = p->model_list;
+        p->task.n_model = 1;
+    }
+    if (e.prompt) {
+        p->ok &= fm_wire_tensor_set(&p->prompt, "prompt", t->prompt, d->prompt_rows, d->prompt_cols) == FM_OK;
+        p->task.global_prompt = &p->prompt;
+    }
+}
+
+static void task_part_clear(task_part_t *p)
+{
+    if (p->task.n_model)
+        fm_wire_tensor_clear(&p->model);
+    if (p->task.global_prompt)
+        fm_wire_tensor_clear(&p->prompt);
+    for (int j = 0; j < p->built; j++)
+        fm_wire_tensor_clear(&p->nl[j]);
+}
+
+static size_t put_varint(uint8_t *out, uint64_t v)
+{
+    size_t n = 0;
+    do {
+        out[n++] = (uint8_t)((v & 0x7f) | (v >= 0x80 ? 0x80 : 0));
+        v >>= 7;
+    } while (v);
+    return n;
+}
+
+fm_status fm_exchange_encode_task_shared(const fm_run_spec_t *s, const fm_exchange_dims_t *d, const fm_task_t *t,
+                                         fm_blob_t **out)
+{
+    task_part_t p;
+    task_part_build(&p, s, d, t, false);
+    *out = p.ok ? fm_blob_new(fedmoe__task__get_packed_size(&p.task)) : NULL;
+    if (*out)
+        fedmoe__task__pack(&p.task, fm_blob_data(*out));
+    task_part_clear(&p);
+    if (!*out)
+        fm_error_set("out of memory building a task");
+    return *out ? FM_OK : FM_ERR_NOMEM;
+}
+
+fm_status fm_exchange_encode_task_own(const fm_run_spec_t *s, const fm_exchange_dims_t *d, const fm_task_t *t,
+                                      size_t shared_len, uint8_t **buf, size_t *len, size_t *head)
+{
+    task_part_t p;
+    task_part_build(&p, s, d, t, true);
+    size_t tail = fedmoe__task__get_packed_size(&p.task);
+    *buf = p.ok ? malloc(24 + tail) : NULL;
+    if (*buf) {
+        /* Envelope: protocol_version (field 1, varint), task (field 4, bytes) */
+        size_t h = 0;
+        (*buf)[h++] = 0x08;
+        h += put_varint(*buf + h, FM_PROTOCOL_VERSION);
+        (*buf)[h++] = 0x22;
+        h += put_varint(*buf + h, (uint64_t)shared_len + tail);
+        *head = h;
+        *len = h + fedmoe__task__pack(&p.task, *buf + h);
+    }
+    task_part_clear(&p);
+    if (!*buf)
+        fm_error_set("out of memory building a task");
+    return *buf ? FM_OK : FM_ERR_NOMEM;
+}
+
 fm_status fm_exchange_encode_task(const fm_run_spec_t *s, const fm_exchange_dims_t *d, const fm_task_t *t,
                                   uint8_t **buf, size_t *len)
 {
-    fm_exchange_t e = fm_exchange_of(s->strategy);
-    Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
-    Fedmoe__Task task = FEDMOE__TASK__INIT;
-    Fedmoe__Tensor model, prompt, nl[64];
-    Fedmoe__Tensor *model_list[1], *nl_list[64];
-    int k = e.pool ? (t->k < 64 ? t->k : 64) : 0, built = 0;
-    bool ok = true;
-    task.round = t->round;
-    task.lr_scale = t->lr_scale;
-    task.nonce.data = (uint8_t *)t->nonce;
-    task.nonce.len = FM_NONCE_BYTES;
-    if (e.model) {
-        ok &= fm_wire_tensor_set(&model, "model", t->model, 1, (uint32_t)d->nmodel) == FM_OK;
-        model_list[0] = &model;
-        task.model = model_list;
-        task.n_model = 1;
+    fm_blob_t *shared = NULL;
+    uint8_t *own = NULL;
+    size_t own_len, head;
+    fm_status st = fm_exchange_encode_task_shared(s, d, t, &shared);
+    if (st == FM_OK)
+        st = fm_exchange_encode_task_own(s, d, t, fm_blob_len(shared), &own, &own_len, &head);
+    if (st == FM_OK) {
+        fm_frame_t f[3] = {{own, head, NULL}, {NULL, 0, shared}, {own + head, own_len - head, NULL}};
+        *buf = fm_frames_join(f, 3, len);
+        st = *buf ? FM_OK : FM_ERR_NOMEM;
     }
-    if (e.prompt) {
-        ok &= fm_wire_tensor_set(&prompt, "prompt", t->prompt, d->prompt_rows, d->prompt_cols) == FM_OK;
-        task.global_prompt = &prompt;
-    }
-    for (; built < k; built++) {
-        ok &= fm_wire_tensor_set(&nl[built], "nonlocal", t->nonlocal[built], d->prompt_rows, d->prompt_cols) == FM_OK;
-        nl_list[built] = &nl[built];
-    }
-    task.nonlocal_prompts = nl_list;
-    task.n_nonlocal_prompts = (size_t)k;
-    env.body_case = FEDMOE__ENVELOPE__BODY_TASK;
-    env.task = &task;
-    fm_status st = ok ? fm_wire_encode(&env, buf, len) : FM_ERR_NOMEM;
-    if (e.model)
-        fm_wire_tensor_clear(&model);
-    if (e.prompt)
-        fm_wire_tensor_clear(&prompt);
-    for (int j = 0; j < built; j++)
-        fm_wire_tensor_clear(&nl[j]);
-    if (st != FM_OK)
-        fm_error_set("out of memory building a task");
+    free(own);
+    fm_blob_unref(shared);
     return st;
 }
 

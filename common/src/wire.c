@@ -1,7 +1,9 @@
 #include "fedmoe/wire.h"
 
+#include <errno.h>
 #include <math.h>
 #include <openssl/evp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zmq.h>
@@ -236,16 +238,98 @@ void fm_wire_tune_socket(void *socket)
     zmq_setsockopt(socket, ZMQ_HANDSHAKE_IVL, &handshake, sizeof handshake);
 }
 
+static void blob_free(void *data, void *hint)
+{
+    (void)data;
+    fm_blob_unref(hint);
+}
+
+/* One frame, more to follow or not; 0 or -1 (zmq_errno). */
+static int send_frame(void *socket, const fm_frame_t *f, int flags)
+{
+    if (!f->blob)
+        return zmq_send(socket, f->data, f->len, flags) < 0 ? -1 : 0;
+    zmq_msg_t m;
+    fm_blob_ref(f->blob);
+    if (zmq_msg_init_data(&m, fm_blob_data(f->blob), fm_blob_len(f->blob), blob_free, f->blob) != 0) {
+        fm_blob_unref(f->blob);
+        return -1;
+    }
+    if (zmq_msg_send(&m, socket, flags) < 0) {
+        zmq_msg_close(&m); /* (drops the reference) */
+        return -1;
+    }
+    return 0;
+}
+
+fm_status fm_wire_send_frames(void *socket, const void *rid, size_t ridlen, const fm_frame_t *f, int n)
+{
+    fm_frame_t route = {rid, ridlen, NULL};
+    /* once the first frame is queued, libzmq takes the rest of the message */
+    for (int i = rid ? -1 : 0; i < n; i++)
+        if (send_frame(socket, i < 0 ? &route : &f[i], ZMQ_DONTWAIT | (i < n - 1 ? ZMQ_SNDMORE : 0)) != 0) {
+            fm_error_set("send: %s", zmq_strerror(zmq_errno()));
+            return FM_ERR_IO;
+        }
+    return FM_OK;
+}
+
 fm_status fm_wire_send_bytes(void *socket, const char *identity, const uint8_t *buf, size_t len)
 {
-    if (identity && zmq_send(socket, identity, strlen(identity), ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
-        fm_error_set("send to %s: %s", identity, zmq_strerror(zmq_errno()));
-        return FM_ERR_IO;
+    fm_frame_t f = {buf, len, NULL};
+    fm_status st = fm_wire_send_frames(socket, identity, identity ? strlen(identity) : 0, &f, 1);
+    if (st != FM_OK && identity) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", fm_error_last());
+        fm_error_set("%s to %s", why, identity);
     }
-    if (zmq_send(socket, buf, len, ZMQ_DONTWAIT) < 0) {
-        fm_error_set("send%s%s: %s", identity ? " to " : "", identity ? identity : "", zmq_strerror(zmq_errno()));
-        return FM_ERR_IO;
+    return st;
+}
+
+fm_status fm_wire_recv(void *socket, int flags, size_t max_len, uint8_t **buf, size_t *len)
+{
+    *buf = NULL;
+    *len = 0;
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    if (zmq_msg_recv(&m, socket, flags) < 0) {
+        int e = zmq_errno();
+        zmq_msg_close(&m);
+        fm_error_set("receive: %s", zmq_strerror(e));
+        return e == EAGAIN || e == EINTR ? FM_ERR_STATE : FM_ERR_IO;
     }
+    size_t total = 0;
+    bool over = false;
+    for (;;) {
+        size_t k = zmq_msg_size(&m);
+        over |= k > max_len - total;
+        if (!over) {
+            uint8_t *grown = realloc(*buf, total + k + 1);
+            if (!grown) {
+                over = true;
+            } else {
+                *buf = grown;
+                memcpy(*buf + total, zmq_msg_data(&m), k);
+                total += k;
+            }
+        }
+        bool more = zmq_msg_more(&m);
+        zmq_msg_close(&m);
+        if (!more)
+            break;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, socket, 0) < 0) { /* (the rest of a message is there) */
+            zmq_msg_close(&m);
+            break;
+        }
+    }
+    if (over) {
+        free(*buf);
+        *buf = NULL;
+        fm_error_set("message over the limit of %zu bytes", max_len);
+        return reject(FM_WIRE_TOO_LARGE);
+    }
+    *len = total;
     return FM_OK;
 }
 

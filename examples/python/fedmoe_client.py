@@ -125,7 +125,7 @@ def main():
         if not sock.poll(200):
             continue
         env = pb.Envelope()
-        env.ParseFromString(sock.recv())
+        env.ParseFromString(b"".join(sock.recv_multipart()))  # a Task comes in frames
         kind = env.WhichOneof("body")
         if kind == "welcome":
             if not welcomed:  # it has "loaded its data": say so, with the counts

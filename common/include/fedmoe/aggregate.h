@@ -1,14 +1,15 @@
-/* aggregate.h - exact, order-independent aggregation rules, norm clipping, and
- * K-nearest prompts.
+/* aggregate.h - exact, order-independent aggregation rules and norm clipping.
  *
  * Rule mean (the default): the aggregator accumulates weight * x for each update
  * as it arrives, in 128-bit fixed point (2^-40 resolution): integer addition is
  * associative, so the result does not depend on the order in which updates
  * arrive, and memory stays one accumulator per parameter whatever the number of
  * clients. The robust rules, coordinate-wise median and trimmed mean (Yin et al.
- * 2018), keep every update of the round (memory: updates x values) and, per
- * coordinate, sort the values: the result is a function of the set of updates
- * alone. They are unweighted: a client's sample count buys it no more than one
+ * 2018), keep every update of the round and, per coordinate, sort the values:
+ * the result is a function of the set of updates alone. Kept updates beyond
+ * FM_AGG_MEMORY bytes go to an unlinked temporary file (in $TMPDIR, else /tmp),
+ * read back in blocks, so memory stays bounded whatever the number of clients
+ * (disk: updates x values). They are unweighted: a client's sample count buys it no more than one
  * value per coordinate. */
 #ifndef FEDMOE_AGGREGATE_H
 #define FEDMOE_AGGREGATE_H
@@ -22,6 +23,8 @@
 /* Largest |value| and weight the aggregator takes (larger is an error). */
 #define FM_AGG_MAX_ABS 1073741824.0 /* 2^30 */
 #define FM_AGG_MAX_WEIGHT (1ull << 29)
+/* Bytes of kept updates held in memory at most (the rest in a file). */
+#define FM_AGG_MEMORY ((size_t)16 << 20)
 
 typedef struct fm_aggregator fm_aggregator_t;
 
@@ -54,17 +57,22 @@ void fm_aggregator_reset(fm_aggregator_t *a);
  * (fm_aggregator_clip_rows); the result is the same exact weighted mean. Forgets
  * everything added. */
 void fm_aggregator_keep(fm_aggregator_t *a, bool keep);
+/* Bytes of kept updates held in memory (FM_AGG_MEMORY unless set; tests set
+ * less to exercise the file). */
+void fm_aggregator_set_memory(fm_aggregator_t *a, size_t bytes);
 /* Clips every kept update to distance bound from ref (fm_clip_to_norm);
  * returns how many were clipped. */
 int fm_aggregator_clip_rows(fm_aggregator_t *a, const float *ref, double bound);
 /* Makes room for k updates (robust rules keep them), so that adding up to k
- * checked updates cannot fail. */
+ * checked updates cannot fail for want of memory (writing the file can:
+ * FM_ERR_IO). */
 fm_status fm_aggregator_reserve(fm_aggregator_t *a, int k);
 /* Checks that x (n values) can be added with this weight: finite, within
  * FM_AGG_MAX_ABS, 0 < weight <= FM_AGG_MAX_WEIGHT. */
 fm_status fm_aggregator_check(const fm_aggregator_t *a, const float *x, uint64_t weight);
 /* Adds weight * x (mean) or keeps a copy of x (robust rules); checks first and
- * changes nothing on error (FM_ERR_NOMEM when a copy cannot be kept). */
+ * changes nothing on error (FM_ERR_NOMEM or FM_ERR_IO when a copy cannot be
+ * kept). */
 fm_status fm_aggregator_add(fm_aggregator_t *a, const float *x, uint64_t weight);
 /* out (n) = the rule over what was added: sum(weight x) / sum(weight) for mean.
  * FM_ERR_STATE when nothing was added. */
@@ -80,11 +88,5 @@ int fm_aggregator_count(const fm_aggregator_t *a);
 double fm_clip_to_norm(float *x, const float *ref, size_t n, double bound);
 /* The median of v[0..n) (sorts v); 0 when n is 0. */
 double fm_median(double *v, int n);
-
-/* The k entries nearest (L2) to entries[self] among entries[0..n) that are not
- * NULL, excluding self; ties go to the lower index. Writes their indices, nearest
- * first, to out and returns how many (fewer than k when fewer exist; 0 when
- * entries[self] is NULL). */
-int fm_knn(const float *const *entries, int n, size_t dim, int self, int k, int *out);
 
 #endif

@@ -61,7 +61,22 @@ typedef struct {
     uint8_t nonce[FM_NONCE_BYTES];
 } fm_task_t;
 
-/* The Task envelope, encoded; *buf is malloc'd, the caller frees it. */
+/* A Task goes in three frames whose concatenation is the Task envelope
+ * (docs/protocol.md): a head (the envelope's fields up to the Task's length),
+ * the part every participant of the round shares (round, federated vector,
+ * global prompt, lr scale; encoded once a round), and the client's own (its K
+ * nearest pool prompts, its nonce). */
+/* The shared part of t: the bytes of a Task message, in a blob (one reference,
+ * the caller's). */
+fm_status fm_exchange_encode_task_shared(const fm_run_spec_t *s, const fm_exchange_dims_t *d, const fm_task_t *t,
+                                         fm_blob_t **out);
+/* The head and the client's own part of t, for a shared part of shared_len
+ * bytes: *buf (malloc'd, the caller frees it) holds the head (its first *head
+ * bytes) then the own part, *len bytes in all. */
+fm_status fm_exchange_encode_task_own(const fm_run_spec_t *s, const fm_exchange_dims_t *d, const fm_task_t *t,
+                                      size_t shared_len, uint8_t **buf, size_t *len, size_t *head);
+/* The whole Task envelope in one buffer (the three parts joined); *buf is
+ * malloc'd, the caller frees it. */
 fm_status fm_exchange_encode_task(const fm_run_spec_t *s, const fm_exchange_dims_t *d, const fm_task_t *t,
                                   uint8_t **buf, size_t *len);
 

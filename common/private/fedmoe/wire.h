@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "fedmoe.pb-c.h"
+#include "fedmoe/blob.h"
 #include "fedmoe/status.h"
 
 #define FM_PROTOCOL_VERSION 1
@@ -79,6 +80,16 @@ fm_status fm_wire_send(void *socket, const char *identity, Fedmoe__Envelope *env
 /* Sends len encoded bytes (identity frame first with a non-NULL identity).
  * Non-blocking, like fm_wire_send. */
 fm_status fm_wire_send_bytes(void *socket, const char *identity, const uint8_t *buf, size_t len);
+/* Sends one message in n frames (docs/protocol.md: a receiver joins them),
+ * after a routing frame of ridlen bytes when rid is set. Non-blocking; the
+ * frames of a message go together or not at all. A blob frame goes with zero
+ * copy: ZeroMQ holds a reference until it is written. */
+fm_status fm_wire_send_frames(void *socket, const void *rid, size_t ridlen, const fm_frame_t *f, int n);
+/* Receives one message, its frames joined into *buf (malloc'd, *len bytes; the
+ * caller frees it). FM_ERR_STATE when nothing waits (flags ZMQ_DONTWAIT),
+ * FM_ERR_FORMAT (FM_WIRE_TOO_LARGE) for a message over max_len bytes (read
+ * and dropped), FM_ERR_IO otherwise. */
+fm_status fm_wire_recv(void *socket, int flags, size_t max_len, uint8_t **buf, size_t *len);
 /* An Error envelope, encoded; *buf is malloc'd, the caller frees it. */
 fm_status fm_wire_encode_error(fm_wire_code code, const char *text, uint8_t **buf, size_t *len);
 /* Sends an Error envelope. */

@@ -1,0 +1,55 @@
+/* fanout.h - the pace at which a round's Tasks go out.
+ *
+ * Sending every participant its Task at once made libzmq hold one encrypted
+ * copy of the model per client (CURVE encrypts each message for its
+ * connection), and the burst starved connections past their heartbeat timeout
+ * (1,000 clients: 1.9 GB, Tasks lost). So Tasks go out through a window: at
+ * most `window` of them are in flight, sent and not yet taken; a client takes
+ * one when it says so (a progress heartbeat for the round, sent on receipt, or
+ * its Update), when it leaves the round, or FM_FANOUT_ACK_S after it was sent
+ * (a client that does not say). Sends wait in a queue in the order asked; a
+ * participant is queued or in flight at most once. The module decides only:
+ * the coordinator sends. */
+#ifndef FEDMOE_FANOUT_H
+#define FEDMOE_FANOUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fedmoe/status.h"
+
+/* Bytes of Tasks in flight at most (at least FM_FANOUT_MIN Tasks, at most
+ * FM_FANOUT_MAX), and how long a Task not taken holds its place. */
+#define FM_FANOUT_BYTES ((size_t)8 << 20)
+#define FM_FANOUT_MIN 2
+#define FM_FANOUT_MAX 64
+#define FM_FANOUT_ACK_S 2.0
+
+typedef struct {
+    int n;           /* participants */
+    uint8_t *state;  /* per participant: idle, queued, in flight */
+    double *sent_at; /* per participant: when it went (in flight) */
+    int *queue;      /* ring of n */
+    int head, queued;
+    int flight[FM_FANOUT_MAX];
+    int inflight;
+    int window;
+} fm_fanout_t;
+
+/* A fan-out for n participants whose Tasks are about task_bytes each (frees
+ * what f held). */
+fm_status fm_fanout_reset(fm_fanout_t *f, int n, size_t task_bytes);
+void fm_fanout_free(fm_fanout_t *f);
+/* Participant i's Task is due (again): queued unless queued or in flight. */
+void fm_fanout_push(fm_fanout_t *f, int i);
+/* Participant i took its Task or left the round: its place in flight is free
+ * (and it leaves the queue). */
+void fm_fanout_done(fm_fanout_t *f, int i);
+/* Whether participant i's Task waits in the queue (not sent yet). */
+int fm_fanout_queued(const fm_fanout_t *f, int i);
+/* The next participant to send to now (it is in flight from now), or -1 when
+ * the window is full or nothing is queued. Places held longer than
+ * FM_FANOUT_ACK_S are freed first. */
+int fm_fanout_next(fm_fanout_t *f, double now);
+
+#endif
