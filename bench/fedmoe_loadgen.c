@@ -46,7 +46,7 @@ typedef struct {
 
 typedef struct {
     const char *connect, *keys, *server_key;
-    int clients, classes;
+    int clients, classes, first;
     double spread;
     bool insecure, make_keys;
 } lg_options_t;
@@ -199,7 +199,7 @@ static double send_due(lg_t *g, int index, double now)
     if (k->done)
         return 1.0;
     if (k->pending && now >= k->send_at) {
-        int j = index % g->o.classes;
+        int j = (g->o.first + index) % g->o.classes;
         memcpy(g->update[j] + g->nonce_at[j], k->nonce, FM_NONCE_BYTES);
         if (zmq_send(k->sock, g->update[j], g->update_len[j], ZMQ_DONTWAIT) >= 0) {
             g->sent++;
@@ -233,7 +233,7 @@ static fm_status open_clients(lg_t *g, void *ctx)
         return FM_ERR_ARG;
     for (int i = 0; i < g->o.clients; i++) {
         lg_client_t *k = &g->c[i];
-        snprintf(k->id, sizeof k->id, "lg%05d", i);
+        snprintf(k->id, sizeof k->id, "lg%05d", g->o.first + i);
         if (!(k->sock = zmq_socket(ctx, ZMQ_DEALER))) {
             fm_error_set("socket %d: %s (raise the file-descriptor limit)", i, zmq_strerror(zmq_errno()));
             return FM_ERR_IO;
@@ -350,7 +350,8 @@ int main(int argc, char **argv)
         {"keys", required_argument, 0, 'k'},    {"server-key", required_argument, 0, 's'},
         {"insecure", no_argument, 0, 'i'},      {"spread", required_argument, 0, 'p'},
         {"classes", required_argument, 0, 'l'}, {"make-keys", no_argument, 0, 'm'},
-        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+        {"first", required_argument, 0, 'f'},   {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (ch) {
@@ -362,17 +363,19 @@ int main(int argc, char **argv)
         case 'p': g.o.spread = atof(optarg); break;
         case 'l': g.o.classes = atoi(optarg); break;
         case 'm': g.o.make_keys = true; break;
+        case 'f': g.o.first = atoi(optarg); break;
         case 'h':
             printf("usage: fedmoe-loadgen --connect EP --clients N [--keys DIR --server-key FILE | --insecure]\n"
-                   "                      [--spread S] [--classes C]\n"
+                   "                      [--spread S] [--classes C] [--first I]\n"
                    "       fedmoe-loadgen --keys DIR --clients N --make-keys\n"
                    "Protocol-correct clients that answer every Task without training (a load for the\n"
-                   "coordinator); client i is lgNNNNN and uploads the Task's state plus offset i %% C.\n");
+                   "coordinator); client i is lgNNNNN (from I: several processes share a load) and\n"
+                   "uploads the Task's state plus offset i %% C.\n");
             return 0;
         default: return 2;
         }
     }
-    if (g.o.clients < 1 || g.o.clients > 100000 || g.o.classes < 1 || g.o.classes > MAX_CLASSES ||
+    if (g.o.clients < 1 || g.o.clients > 100000 || g.o.first < 0 || g.o.first > 100000 || g.o.classes < 1 || g.o.classes > MAX_CLASSES ||
         !(g.o.spread >= 0.0) || (!g.o.insecure && (!g.o.keys || (!g.o.make_keys && !g.o.server_key)))) {
         fprintf(stderr, "fedmoe-loadgen: bad arguments (see --help)\n");
         return 2;

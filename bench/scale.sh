@@ -26,9 +26,14 @@ for n in $ns; do
     --max-connections $((n + 64)) > "$work/server-$n.log" 2>&1 &
   server=$!
   sleep 0.5
-  "$bin/bench/fedmoe-loadgen" --connect "tcp://127.0.0.1:$port" --clients "$n" --keys "$work/keys" \
-    --server-key "$work/server/coordinator.pub" --spread "$spread" > "$work/loadgen-$n.log" 2>&1 &
-  loadgen=$!
+  # the clients in processes of at most 1,000 (one process polls all its sockets each turn)
+  loadgens=()
+  for ((first = 0; first < n; first += 1000)); do
+    "$bin/bench/fedmoe-loadgen" --connect "tcp://127.0.0.1:$port" --first $first \
+      --clients $((n - first < 1000 ? n - first : 1000)) --keys "$work/keys" \
+      --server-key "$work/server/coordinator.pub" --spread "$spread" > "$work/loadgen-$n-$first.log" 2>&1 &
+    loadgens+=($!)
+  done
   hwm=0 cpu=0 cpu0=
   tck=$(getconf CLK_TCK)
   while kill -0 $server 2>/dev/null; do
@@ -42,8 +47,8 @@ for n in $ns; do
   done
   cpu=$((cpu - ${cpu0:-0}))
   wait $server || { echo "N=$n: the coordinator failed:"; tail -5 "$work/server-$n.log"; exit 1; }
-  wait $loadgen || true
-  model=$(sed -n 's/.*federated vector \([0-9]*\) floats.*/\1/p' "$work/loadgen-$n.log" | head -1)
+  for l in "${loadgens[@]}"; do wait $l || true; done
+  model=$(sed -n 's/.*federated vector \([0-9]*\) floats.*/\1/p' "$work/loadgen-$n-0.log" | head -1)
   /usr/bin/python3 - "$db" "$n" "$hwm" "$cpu" "$tck" "$model" "$rounds" <<'PY'
 import sqlite3, statistics, sys
 db, n, hwm, cpu, tck, model, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7])

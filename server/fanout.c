@@ -30,9 +30,16 @@ fm_status fm_fanout_reset(fm_fanout_t *f, int n, size_t task_bytes)
     return FM_OK;
 }
 
+static void land(fm_fanout_t *f, int j);
+
 void fm_fanout_push(fm_fanout_t *f, int i)
 {
-    if (i < 0 || i >= f->n || (f->state[i] & STATE) != IDLE)
+    if (i < 0 || i >= f->n)
+        return;
+    for (int j = 0; (f->state[i] & STATE) == FLYING && j < f->inflight; j++)
+        if (f->flight[j] == i)
+            land(f, j); /* (sent, due again: it queues like the rest) */
+    if ((f->state[i] & STATE) != IDLE)
         return;
     if (!(f->state[i] & IN_RING))
         f->queue[(f->head + f->queued++) % f->n] = i;

@@ -7,7 +7,10 @@
  * most `window` of them are in flight, sent and not yet taken; a client takes
  * one when it says so (a progress heartbeat for the round, sent on receipt, or
  * its Update), when it leaves the round, or FM_FANOUT_ACK_S after it was sent
- * (a client that does not say). Sends wait in a queue in the order asked; a
+ * (a client that does not say, or a Task lost: the time after which the
+ * coordinator sends a lost Task again). A client slow to read keeps its place:
+ * freeing it early let Tasks pile up, each encrypted for its connection, in
+ * front of 5,000 slow clients (843 MB). Sends wait in a queue in the order asked; a
  * participant is queued or in flight at most once. The module decides only:
  * the coordinator sends. */
 #ifndef FEDMOE_FANOUT_H
@@ -23,7 +26,7 @@
 #define FM_FANOUT_BYTES ((size_t)8 << 20)
 #define FM_FANOUT_MIN 2
 #define FM_FANOUT_MAX 64
-#define FM_FANOUT_ACK_S 2.0
+#define FM_FANOUT_ACK_S 10.0
 
 typedef struct {
     int n;           /* participants */
@@ -40,7 +43,8 @@ typedef struct {
  * what f held). */
 fm_status fm_fanout_reset(fm_fanout_t *f, int n, size_t task_bytes);
 void fm_fanout_free(fm_fanout_t *f);
-/* Participant i's Task is due (again): queued unless queued or in flight. */
+/* Participant i's Task is due (again): queued unless queued already (one in
+ * flight gives up its place and queues). */
 void fm_fanout_push(fm_fanout_t *f, int i);
 /* Participant i took its Task or left the round: its place in flight is free
  * (and it leaves the queue). */

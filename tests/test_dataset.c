@@ -294,6 +294,39 @@ static void test_client_reads_only_its_rows(void **state)
     assert_non_null(strstr(fm_error_last(), "r.gz"));
 }
 
+/* A virtual host's clients take their data from one shared copy (the dataset
+ * loaded and partitioned once): the same rows as a client process reading only
+ * its own; the cache serves only the spec it was made for. */
+static void test_shared_cache_gives_each_client_its_data(void **state)
+{
+    (void)state;
+    fm_data_spec_t spec;
+    fm_data_spec_default(&spec);
+    spec.count = 10;
+    fm_data_cache_t cache;
+    assert_int_equal(fm_data_cache_load(&cache, &spec), FM_OK);
+    for (int index = 0; index < 10; index += 4) {
+        spec.index = index;
+        assert_true(fm_data_cache_serves(&cache, &spec));
+        fm_client_data_t own, shared;
+        assert_int_equal(fm_client_data_load(&own, &spec), FM_OK);
+        assert_int_equal(fm_client_data_from_cache(&shared, &cache, index), FM_OK);
+        same_rows(&own.train, &shared.train);
+        same_rows(&own.val, &shared.val);
+        same_rows(&own.test, &shared.test);
+        fm_client_data_free(&own);
+        fm_client_data_free(&shared);
+    }
+    fm_client_data_t none;
+    assert_int_equal(fm_client_data_from_cache(&none, &cache, 10), FM_ERR_ARG);
+    spec.seed = 2;
+    assert_false(fm_data_cache_serves(&cache, &spec));
+    spec.seed = 1;
+    spec.holdout = true;
+    assert_false(fm_data_cache_serves(&cache, &spec));
+    fm_data_cache_free(&cache);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -303,6 +336,7 @@ int main(void)
         cmocka_unit_test(test_csv),
         cmocka_unit_test(test_fashion_mnist),
         cmocka_unit_test(test_client_reads_only_its_rows),
+        cmocka_unit_test(test_shared_cache_gives_each_client_its_data),
     };
     return procs_run_tests("dataset", tests, sizeof tests / sizeof tests[0], dir, sizeof dir);
 }

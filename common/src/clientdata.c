@@ -111,63 +111,123 @@ static fm_status load_rows(fm_client_data_t *cd, const idx_source_t *src, const 
     return FM_OK;
 }
 
+/* Client `index`'s examples of the loaded data (all of them when count is 0):
+ * a view into part, or *owned (malloc'd) for all. */
+static fm_status examples_of(const fm_dataset_t *all, const fm_partition_t *part, int count, int index,
+                             uint32_t **mine, size_t *n, uint32_t **owned)
+{
+    *owned = NULL;
+    if (count > 0) {
+        *mine = part->index + part->offset[index];
+        *n = part->offset[index + 1] - part->offset[index];
+        return FM_OK;
+    }
+    if (!(*owned = malloc(sizeof(uint32_t) * (all->n ? all->n : 1))))
+        return FM_ERR_NOMEM;
+    for (size_t i = 0; i < all->n; i++)
+        (*owned)[i] = (uint32_t)i;
+    *mine = *owned;
+    *n = all->n;
+    return FM_OK;
+}
+
+/* A partition of IDX data: its labels first, then only its rows (a client holds
+ * its own data, not the whole dataset). */
+static fm_status load_own_rows(fm_client_data_t *cd, const fm_data_spec_t *spec, const idx_source_t *src)
+{
+    uint32_t per_file[2] = {0, 0};
+    fm_dataset_t all;
+    fm_status st = load_any(&all, spec->dataset, false, per_file);
+    if (st != FM_OK)
+        return st;
+    fm_partition_t part = {0};
+    fm_split_t split = {0};
+    uint32_t *mine, *owned = NULL;
+    size_t n_mine;
+    if ((st = fm_partition_make(&part, all.y, all.n, all.classes, spec->count, spec->seed, &spec->part)) == FM_OK &&
+        (st = examples_of(&all, &part, spec->count, spec->index, &mine, &n_mine, &owned)) == FM_OK &&
+        (st = split_client(&split, mine, n_mine, &all, spec, spec->index)) == FM_OK) {
+        cd->classes = all.classes;
+        st = load_rows(cd, src, per_file, &all, &split);
+    }
+    fm_split_free(&split);
+    fm_partition_free(&part);
+    fm_dataset_free(&all);
+    return st;
+}
+
 fm_status fm_client_data_load(fm_client_data_t *cd, const fm_data_spec_t *spec)
 {
     memset(cd, 0, sizeof *cd);
     idx_source_t src;
     fm_status st = idx_source(&src, spec->dataset);
-    if (st != FM_OK)
-        return st;
-    /* a partition of IDX data: its labels first, then only its rows (a client
-     * holds its own data, not the whole dataset); everything else at once */
-    bool rows = src.files > 0 && spec->count > 0;
-    uint32_t per_file[2] = {0, 0};
-    fm_dataset_t all;
-    if ((st = load_any(&all, spec->dataset, !rows, per_file)) != FM_OK)
-        return st;
-    fm_partition_t part = {0};
-    fm_split_t split = {0};
-    uint32_t *mine = NULL;
-    size_t n_mine = all.n;
-    int client = 0;
-    if (spec->count > 0) {
-        if ((st = fm_partition_make(&part, all.y, all.n, all.classes, spec->count, spec->seed, &spec->part)) != FM_OK)
-            goto out;
-        client = spec->index;
-        mine = part.index + part.offset[client];
-        n_mine = part.offset[client + 1] - part.offset[client];
-    } else {
-        mine = malloc(sizeof(uint32_t) * all.n);
-        if (!mine) {
-            st = FM_ERR_NOMEM;
-            goto out;
-        }
-        for (size_t i = 0; i < all.n; i++)
-            mine[i] = (uint32_t)i;
+    if (st == FM_OK && src.files > 0 && spec->count > 0) {
+        st = load_own_rows(cd, spec, &src);
+    } else if (st == FM_OK) { /* everything at once */
+        fm_data_cache_t c;
+        if ((st = fm_data_cache_load(&c, spec)) == FM_OK)
+            st = fm_client_data_from_cache(cd, &c, spec->index);
+        fm_data_cache_free(&c);
     }
-    if ((st = split_client(&split, mine, n_mine, &all, spec, client)) != FM_OK)
-        goto out;
-    cd->classes = all.classes;
-    if (rows) {
-        st = load_rows(cd, &src, per_file, &all, &split);
-        goto out;
-    }
-    if ((st = fm_dataset_subset(&cd->train, &all, split.train, split.n_train)) != FM_OK ||
-        (st = fm_dataset_subset(&cd->val, &all, split.val, split.n_val)) != FM_OK ||
-        (st = fm_dataset_subset(&cd->test, &all, split.test, split.n_test)) != FM_OK)
-        goto out;
-    cd->dim = all.dim;
-    cd->img_h = all.img_h;
-    cd->img_w = all.img_w;
-out:
-    if (spec->count == 0)
-        free(mine);
-    fm_split_free(&split);
-    fm_partition_free(&part);
-    fm_dataset_free(&all);
     if (st != FM_OK)
         fm_client_data_free(cd);
     return st;
+}
+
+fm_status fm_data_cache_load(fm_data_cache_t *c, const fm_data_spec_t *spec)
+{
+    memset(c, 0, sizeof *c);
+    c->spec = *spec;
+    snprintf(c->dataset, sizeof c->dataset, "%s", spec->dataset);
+    c->spec.dataset = c->dataset;
+    fm_status st = load_any(&c->all, spec->dataset, true, NULL);
+    if (st == FM_OK && spec->count > 0)
+        st = fm_partition_make(&c->part, c->all.y, c->all.n, c->all.classes, spec->count, spec->seed, &spec->part);
+    if (st != FM_OK)
+        fm_data_cache_free(c);
+    return st;
+}
+
+bool fm_data_cache_serves(const fm_data_cache_t *c, const fm_data_spec_t *spec)
+{
+    const fm_data_spec_t *a = &c->spec, *b = spec;
+    return !strcmp(a->dataset, b->dataset) && a->count == b->count && a->part.kind == b->part.kind &&
+           a->part.alpha == b->part.alpha && a->part.classes_per_client == b->part.classes_per_client &&
+           a->part.min_samples == b->part.min_samples && a->seed == b->seed && a->test_frac == b->test_frac &&
+           a->val_frac == b->val_frac && a->holdout == b->holdout;
+}
+
+fm_status fm_client_data_from_cache(fm_client_data_t *cd, const fm_data_cache_t *c, int index)
+{
+    memset(cd, 0, sizeof *cd);
+    if (c->spec.count > 0 && (index < 0 || index >= c->spec.count)) {
+        fm_error_set("partition %d of %d", index, c->spec.count);
+        return FM_ERR_ARG;
+    }
+    const fm_dataset_t *all = &c->all;
+    fm_split_t split = {0};
+    uint32_t *mine, *owned;
+    size_t n_mine;
+    fm_status st = examples_of(all, &c->part, c->spec.count, index, &mine, &n_mine, &owned);
+    if (st == FM_OK && (st = split_client(&split, mine, n_mine, all, &c->spec, c->spec.count > 0 ? index : 0)) == FM_OK &&
+        (st = fm_dataset_subset(&cd->train, all, split.train, split.n_train)) == FM_OK &&
+        (st = fm_dataset_subset(&cd->val, all, split.val, split.n_val)) == FM_OK)
+        st = fm_dataset_subset(&cd->test, all, split.test, split.n_test);
+    cd->classes = all->classes;
+    cd->dim = all->dim;
+    cd->img_h = all->img_h;
+    cd->img_w = all->img_w;
+    free(owned);
+    fm_split_free(&split);
+    if (st != FM_OK)
+        fm_client_data_free(cd);
+    return st;
+}
+
+void fm_data_cache_free(fm_data_cache_t *c)
+{
+    fm_partition_free(&c->part);
+    fm_dataset_free(&c->all);
 }
 
 void fm_client_data_free(fm_client_data_t *cd)

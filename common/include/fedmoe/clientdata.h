@@ -39,4 +39,21 @@ fm_status fm_client_data_sizes(const fm_data_spec_t *spec, fm_split_sizes_t *siz
 /* Frees the three splits cd owns (each zeroed). */
 void fm_client_data_free(fm_client_data_t *cd);
 
+/* A dataset loaded and partitioned once for the many clients of one process
+ * (a virtual host): a client's data is then its split of the shared examples,
+ * copied (a client's own is small), the same as fm_client_data_load's. */
+typedef struct {
+    fm_data_spec_t spec; /* (index unused) */
+    char dataset[256];
+    fm_dataset_t all;
+    fm_partition_t part; /* when spec.count > 0 */
+} fm_data_cache_t;
+fm_status fm_data_cache_load(fm_data_cache_t *c, const fm_data_spec_t *spec);
+/* Whether c holds the data of spec (the same dataset, partitioning and splits). */
+bool fm_data_cache_serves(const fm_data_cache_t *c, const fm_data_spec_t *spec);
+/* Client `index`'s data from c. Free with fm_client_data_free. */
+fm_status fm_client_data_from_cache(fm_client_data_t *cd, const fm_data_cache_t *c, int index);
+/* Frees c (safe on a zeroed or failed one). */
+void fm_data_cache_free(fm_data_cache_t *c);
+
 #endif
