@@ -19,6 +19,7 @@
 #include "fedmoe/train.h"
 #include "fedmoe/wire.h"
 #include "session.h"
+#include "vhost.h"
 
 /* The options' defaults: the run spec's model and training settings, the
  * session's endpoint and id. Standalone training has no anchor. */
@@ -74,7 +75,11 @@ static int federated(const fm_options_t *o)
     snprintf(sc.key, sizeof sc.key, "%s", o->key);
     snprintf(sc.server_key, sizeof sc.server_key, "%s", o->server_key);
     sc.insecure = o->insecure;
-    if (o->key[0] && !o->insecure) { /* the id is the key's */
+    if (o->virtual_clients > 0 && !o->insecure && !o->keys[0]) {
+        fm_error_set("--virtual needs --keys DIR with the clients' key pairs (ID-NNNNN.key), or --insecure");
+        return fail();
+    }
+    if (o->key[0] && !o->insecure && o->virtual_clients == 0) { /* the id is the key's */
         fm_key_t k;
         if (fm_key_read(o->key, true, &k) != FM_OK)
             return fail();
@@ -92,6 +97,17 @@ static int federated(const fm_options_t *o)
     if (fm_options_given(o, "dataset"))
         snprintf(sc.dataset, sizeof sc.dataset, "%s", o->spec->dataset);
     fm_signals_install();
+    if (o->virtual_clients > 0) {
+        fm_vhost_config_t vc = {.clients = o->virtual_clients, .workers = o->workers,
+                                .first_partition = o->partition_count ? o->partition_index : -1};
+        snprintf(vc.keys, sizeof vc.keys, "%s", o->keys);
+        if (o->partition_count && o->partition_index + o->virtual_clients > o->partition_count) {
+            fm_error_set("--virtual %d from --partition %d/%d: past the last partition", o->virtual_clients,
+                         o->partition_index, o->partition_count);
+            return fail();
+        }
+        return fm_vhost_run(&sc, &vc, &fm_stop_requested) == FM_OK ? 0 : fail();
+    }
     if (fm_session_run(&sc, &fm_stop_requested) != FM_OK)
         return fail();
     return 0;

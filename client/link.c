@@ -1,4 +1,5 @@
 #include "link.h"
+#include "vhost.h"
 
 #include <string.h>
 #include <zmq.h>
@@ -11,7 +12,8 @@
 /* Watches sock's CURVE handshakes (s->mon). */
 static fm_status watch_handshakes(fm_link_t *s)
 {
-    const char *ep = "inproc://fedmoe-client-handshakes";
+    char ep[128]; /* (unique in a virtual host's shared context) */
+    snprintf(ep, sizeof ep, "inproc://fedmoe-client-handshakes-%s", s->cfg->id);
     if (zmq_socket_monitor(s->sock, ep,
                            ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
                                ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0 ||
@@ -98,7 +100,9 @@ fm_status fm_link_open(fm_link_t *l, const fm_session_config_t *cfg)
 {
     memset(l, 0, sizeof *l);
     l->cfg = cfg;
-    l->ctx = zmq_ctx_new();
+    /* the clients of a virtual host share its context (one I/O thread) */
+    l->ctx = cfg->host ? fm_vhost_zmq(cfg->host) : zmq_ctx_new();
+    l->own_ctx = !cfg->host;
     l->sock = l->ctx ? zmq_socket(l->ctx, ZMQ_DEALER) : NULL;
     if (!l->sock) {
         fm_error_set("cannot create a ZeroMQ socket: %s", zmq_strerror(zmq_errno()));
@@ -111,8 +115,15 @@ fm_status fm_link_open(fm_link_t *l, const fm_session_config_t *cfg)
     int linger = 2000;
     zmq_setsockopt(l->sock, ZMQ_LINGER, &linger, sizeof linger);
     fm_wire_tune_socket(l->sock);
+    if (cfg->host) {
+        /* no ZMTP heartbeats: thousands of connections share the I/O thread, and
+         * libzmq 4.3.4 cancels each heartbeat's timer by a linear search of all
+         * of them; the session's own heartbeats show it alive */
+        int off = 0;
+        zmq_setsockopt(l->sock, ZMQ_HEARTBEAT_IVL, &off, sizeof off);
+    }
     fm_status st = secure_socket(l->sock, cfg);
-    if (st == FM_OK && !cfg->insecure)
+    if (st == FM_OK && !cfg->insecure && !cfg->host) /* (a virtual host: two sockets less a client) */
         st = watch_handshakes(l);
     if (st != FM_OK)
         return st;
@@ -129,7 +140,7 @@ void fm_link_close(fm_link_t *l)
         zmq_close(l->mon);
     if (l->sock)
         zmq_close(l->sock);
-    if (l->ctx)
+    if (l->ctx && l->own_ctx)
         zmq_ctx_term(l->ctx);
     memset(l, 0, sizeof *l);
 }

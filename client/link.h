@@ -13,6 +13,7 @@
 typedef struct {
     const fm_session_config_t *cfg;
     void *ctx, *sock;
+    bool own_ctx;   /* ctx is the link's (not a virtual host's) */
     void *mon;      /* handshake events of sock (CURVE only), to poll */
     bool unproven;  /* a handshake failed: the peer did not prove the pinned key */
     double refused_since; /* when refusals of our key began (0: none since the last success) */

@@ -19,6 +19,7 @@
 #include "fedmoe/wire.h"
 #include "link.h"
 #include "session_internal.h"
+#include "vhost.h"
 #ifdef FM_BENCH_ATTACK
 #include "attack.h" /* bench/: the robust-aggregation benchmark's attacker only */
 #endif
@@ -101,6 +102,8 @@ static void beat(session_t *s, bool force)
     s->last_beat = now;
 }
 
+static void wait_turn(void *user) { beat(user, false); }
+
 static bool on_progress(void *user)
 {
     session_t *s = user;
@@ -145,7 +148,8 @@ static fm_status handle_welcome(session_t *s, const Fedmoe__Welcome *w)
     fm_run_spec_data(&s->spec, &ds);
     ds.dataset = s->cfg->dataset[0] ? s->cfg->dataset : s->spec.dataset;
     ds.index = s->partition;
-    if ((st = fm_client_data_load(&s->data, &ds)) != FM_OK)
+    st = s->cfg->host ? fm_vhost_data(s->cfg->host, &ds, &s->data) : fm_client_data_load(&s->data, &ds);
+    if (st != FM_OK)
         return st;
     s->have_data = true;
     if ((uint32_t)s->data.dim != (uint32_t)s->spec.model.in_dim || s->data.classes > s->spec.model.classes) {
@@ -283,14 +287,20 @@ static fm_status handle_task(session_t *s, const Fedmoe__Task *t)
         return st;
     fm_train_stats_t ts;
     double t0 = fm_clock_seconds();
+    if (s->cfg->host) /* (a virtual host's clients take turns on its cores) */
+        fm_vhost_train_enter(s->cfg->host, wait_turn, s);
     st = fm_trainer_run(s->trainer, &s->data.train, &s->data.val, s->spec.local_epochs, &ts);
     if (st == FM_ERR_STATE && *s->stop) {
         /* the state file keeps the last finished round; a restart trains this one again */
         fm_info("round %u abandoned: stopping", t->round);
+        if (s->cfg->host)
+            fm_vhost_train_leave(s->cfg->host);
         return FM_OK;
     }
     if (st == FM_OK)
         st = upload(s, t->round, nonce, &ts, t0);
+    if (s->cfg->host)
+        fm_vhost_train_leave(s->cfg->host);
     if (st != FM_OK)
         return st;
     s->last_round = (int)t->round;

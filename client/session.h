@@ -24,6 +24,7 @@ typedef struct {
     char key[1024];        /* own CURVE key pair file; its id must be id */
     char server_key[1024]; /* the coordinator's public key file */
     bool insecure;         /* no CURVE (plain text; warned) */
+    struct fm_vhost *host; /* the virtual host this client is one of (vhost.h), or NULL: a process of its own */
 } fm_session_config_t;
 
 /* Loopback :5555, id HOST-PID, 2 specialists, a partition to be assigned, no

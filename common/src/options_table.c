@@ -170,6 +170,14 @@ static const fm_option_t table[] = {
     {"connect-timeout", 0, FM_OPT_DOUBLE, "S", 0.0, 1e7, C, 0, O(connect_timeout), NULL, NULL, "wait",
      FM_OPT_G_FEDERATED, "give up if no welcome within S seconds (at the start, and after the\n"
      "coordinator stopped mid-run)"},
+    {"virtual", 0, FM_OPT_INT, "N", 0, 100000, C, 0, O(virtual_clients), NULL, NULL, "one client", FM_OPT_G_FEDERATED,
+     "host N clients in this process (ids ID-00000 ...; keys ID-NNNNN.key\n"
+     "in --keys; with --partition I/N client i takes partition I + i):\n"
+     "one dataset copy, at most --workers training at once"},
+    {"keys", 0, FM_OPT_STRING, "DIR", 0, 0, C, 0, O(keys), NULL, NULL, "", FM_OPT_G_FEDERATED,
+     "the key pairs of the --virtual clients"},
+    {"workers", 0, FM_OPT_INT, "W", 0, 4096, C, 0, O(workers), NULL, NULL, "the cores", FM_OPT_G_FEDERATED,
+     "--virtual clients training at once"},
     /* data */
     {"dataset", 0, FM_OPT_STRING, "SPEC", 0, 0, S | C | M, SPEC, R(dataset), NULL, NULL, NULL, FM_OPT_G_DATA,
      "fmnist, fmnist:DIR, idx:IMAGES,LABELS or csv:PATH"},

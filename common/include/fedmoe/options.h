@@ -88,6 +88,8 @@ struct fm_options {
     double connect_timeout;
     int partition_index, partition_count; /* --partition I/N; count 0 = not given */
     int epochs, threads;
+    int virtual_clients, workers; /* --virtual N (0: one client), --workers W (0: the cores) */
+    char keys[1024];              /* --keys DIR: the virtual clients' key pairs */
     /* fedmoe-sim */
     int clients, port;
     char workdir[1024];

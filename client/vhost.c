@@ -1,0 +1,187 @@
+#include "vhost.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "fedmoe/log.h"
+
+#define STACK_BYTES ((size_t)2 << 20) /* a client thread's stack (training uses the heap) */
+
+struct fm_vhost {
+    void *ctx;
+    pthread_mutex_t data_lock;
+    fm_data_cache_t cache;
+    bool cached;
+    pthread_mutex_t turn_lock;
+    pthread_cond_t turn_free;
+    int free_workers;
+};
+
+typedef struct {
+    fm_session_config_t cfg;
+    volatile sig_atomic_t *stop;
+    pthread_t thread;
+    bool started;
+    fm_status st;
+    char why[512];
+} vclient_t;
+
+void *fm_vhost_zmq(fm_vhost_t *h) { return h->ctx; }
+
+fm_status fm_vhost_data(fm_vhost_t *h, const fm_data_spec_t *spec, fm_client_data_t *out)
+{
+    pthread_mutex_lock(&h->data_lock);
+    fm_status st = FM_OK;
+    if (!h->cached || !fm_data_cache_serves(&h->cache, spec)) {
+        if (h->cached)
+            fm_data_cache_free(&h->cache);
+        h->cached = (st = fm_data_cache_load(&h->cache, spec)) == FM_OK;
+        if (h->cached)
+            fm_info("virtual host: dataset %s loaded once for its clients (%zu examples, %d partitions)",
+                    spec->dataset, h->cache.all.n, spec->count);
+    }
+    if (st == FM_OK)
+        st = fm_client_data_from_cache(out, &h->cache, spec->index);
+    pthread_mutex_unlock(&h->data_lock);
+    return st;
+}
+
+void fm_vhost_train_enter(fm_vhost_t *h, void (*wait)(void *user), void *user)
+{
+    pthread_mutex_lock(&h->turn_lock);
+    while (h->free_workers == 0) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 500000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        if (pthread_cond_timedwait(&h->turn_free, &h->turn_lock, &until) != 0 && wait) {
+            pthread_mutex_unlock(&h->turn_lock); /* (heartbeats while waiting) */
+            wait(user);
+            pthread_mutex_lock(&h->turn_lock);
+        }
+    }
+    h->free_workers--;
+    pthread_mutex_unlock(&h->turn_lock);
+}
+
+void fm_vhost_train_leave(fm_vhost_t *h)
+{
+    pthread_mutex_lock(&h->turn_lock);
+    h->free_workers++;
+    pthread_cond_signal(&h->turn_free);
+    pthread_mutex_unlock(&h->turn_lock);
+}
+
+static void *client_main(void *arg)
+{
+    vclient_t *v = arg;
+    v->st = fm_session_run(&v->cfg, v->stop);
+    if (v->st != FM_OK) {
+        snprintf(v->why, sizeof v->why, "%s", fm_error_last());
+        fm_errorf("client %s: %s", v->cfg.id, v->why);
+    }
+    return NULL;
+}
+
+/* File descriptors for n clients (a socket's and its connection's each): the
+ * soft limit raised as far as allowed, and a clear error when that is short. */
+static fm_status enough_descriptors(int n)
+{
+    struct rlimit rl;
+    rlim_t need = (rlim_t)n * 2 + 64;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return FM_OK;
+    if (rl.rlim_cur < need) {
+        rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need ? need : rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+        getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+        fm_error_set("%d virtual clients need %llu file descriptors; the limit is %llu (raise ulimit -n)", n,
+                     (unsigned long long)need, (unsigned long long)rl.rlim_cur);
+        return FM_ERR_ARG;
+    }
+    return FM_OK;
+}
+
+/* Client i's settings: base's, with its own id, key and partition. */
+static fm_status client_config(const fm_session_config_t *base, const fm_vhost_config_t *vc, int i,
+                               fm_vhost_t *h, fm_session_config_t *out)
+{
+    *out = *base;
+    out->host = h;
+    if (snprintf(out->id, sizeof out->id, "%s-%05d", base->id, i) >= (int)sizeof out->id) {
+        fm_error_set("--id %s is too long for virtual client ids (ID-NNNNN)", base->id);
+        return FM_ERR_ARG;
+    }
+    if (!base->insecure && snprintf(out->key, sizeof out->key, "%.950s/%s.key", vc->keys, out->id) >= (int)sizeof out->key) {
+        fm_error_set("--keys %s: too long a path", vc->keys);
+        return FM_ERR_ARG;
+    }
+    if (vc->first_partition >= 0)
+        out->partition_index = vc->first_partition + i;
+    return FM_OK;
+}
+
+fm_status fm_vhost_run(const fm_session_config_t *base, const fm_vhost_config_t *vc, volatile sig_atomic_t *stop)
+{
+    int n = vc->clients, cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    fm_vhost_t h = {.free_workers = vc->workers > 0 ? vc->workers : cores > 0 ? cores : 1};
+    pthread_mutex_init(&h.data_lock, NULL);
+    pthread_mutex_init(&h.turn_lock, NULL);
+    pthread_cond_init(&h.turn_free, NULL);
+    vclient_t *v = calloc((size_t)n, sizeof *v);
+    fm_status st = v ? enough_descriptors(n) : FM_ERR_NOMEM;
+    if (st == FM_OK && !(h.ctx = zmq_ctx_new()))
+        st = FM_ERR_IO;
+    if (h.ctx)
+        zmq_ctx_set(h.ctx, ZMQ_MAX_SOCKETS, n + 64);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, STACK_BYTES);
+    fm_info("virtual host: %d clients (%s-00000 ...), %d training at once", n, base->id, h.free_workers);
+    for (int i = 0; st == FM_OK && i < n; i++) {
+        v[i].stop = stop;
+        if ((st = client_config(base, vc, i, &h, &v[i].cfg)) != FM_OK)
+            break;
+        if (pthread_create(&v[i].thread, &attr, client_main, &v[i]) != 0) {
+            fm_error_set("cannot start the thread of virtual client %d", i);
+            st = FM_ERR_NOMEM;
+            break;
+        }
+        v[i].started = true;
+    }
+    if (st != FM_OK)
+        *stop = 1; /* (the clients started leave) */
+    fm_status first = st;
+    char why[512] = "";
+    if (st != FM_OK)
+        snprintf(why, sizeof why, "%s", fm_error_last());
+    for (int i = 0; v && i < n; i++) {
+        if (!v[i].started)
+            continue;
+        pthread_join(v[i].thread, NULL);
+        if (first == FM_OK && v[i].st != FM_OK) {
+            first = v[i].st;
+            snprintf(why, sizeof why, "client %s: %s", v[i].cfg.id, v[i].why);
+        }
+    }
+    pthread_attr_destroy(&attr);
+    if (h.cached)
+        fm_data_cache_free(&h.cache);
+    if (h.ctx)
+        zmq_ctx_term(h.ctx);
+    free(v);
+    if (first != FM_OK)
+        fm_error_set("%s", why);
+    return first;
+}

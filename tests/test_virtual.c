@@ -1,0 +1,158 @@
+/* Virtual clients (fedmoe-client --virtual N): N clients in one process, each
+ * with its own CURVE key and connection to a real coordinator, one shared copy
+ * of the dataset, two training at once. They are independent of each other:
+ * a short run of 3 virtual clients gives, partition for partition, the same
+ * results as 3 client processes (every client's per-round metrics equal, the
+ * final global state bit-identical). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "coordinator.h"
+#include "fedmoe/store.h"
+#include "procs.h"
+
+static char dir[256];
+
+#define CLIENTS 3
+#define ROUNDS "2"
+
+/* The final global vector and prompt of db's finished run (malloc'd, *len bytes). */
+static uint8_t *final_state(const char *db, size_t *len)
+{
+    fm_store_t *st;
+    fm_run_row_t run;
+    procs_open_latest(db, &st, &run);
+    int round;
+    uint8_t *blob;
+    size_t blen;
+    bool found;
+    assert_int_equal(fm_store_latest_checkpoint(st, run.id, &round, &blob, &blen, &found), FM_OK);
+    assert_true(found);
+    fm_checkpoint_t ck;
+    assert_int_equal(fm_checkpoint_decode(blob, blen, &ck), FM_OK);
+    *len = sizeof(float) * (ck.nglobal + ck.nprompt);
+    uint8_t *out = malloc(*len);
+    memcpy(out, ck.global, sizeof(float) * ck.nglobal);
+    memcpy(out + sizeof(float) * ck.nglobal, ck.prompt, sizeof(float) * ck.nprompt);
+    fm_checkpoint_free(&ck);
+    free(blob);
+    fm_store_run_clear(&run);
+    fm_store_close(&st);
+    return out;
+}
+
+static pid_t start_server(const char *tag, char *db, char *log)
+{
+    char ep[64], parts[8];
+    procs_files(tag, db, log);
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", procs_free_port());
+    snprintf(parts, sizeof parts, "%d", CLIENTS);
+    char *argv[] = {BIN("server/fedmoe-server"), "--bind", ep, "--db", db, "--rounds", ROUNDS, "--partitions",
+                    parts, "--min-clients", parts, "--strategy", "full", NULL};
+    return procs_spawn_server(argv, log);
+}
+
+/* The endpoint a server started with start_server binds (from its argv in log). */
+static void endpoint_of(const char *log, char *ep)
+{
+    for (int i = 0; i < 100 && !procs_log_has(log, "listening on "); i++)
+        usleep(100000);
+    FILE *f = fopen(log, "r");
+    assert_non_null(f);
+    char line[1024];
+    ep[0] = 0;
+    while (fgets(line, sizeof line, f) && !ep[0]) {
+        char *at = strstr(line, "listening on ");
+        if (at)
+            sscanf(at + 13, "%63s", ep);
+    }
+    fclose(f);
+    assert_true(ep[0] != 0);
+}
+
+static void test_virtual_clients_as_processes(void **state)
+{
+    (void)state;
+    char key[512], pub[512], allow[512], db_p[512], log_p[512], db_v[512], log_v[512], ep[64], part[16];
+    procs_server_keys(key, pub, allow);
+    for (int i = 0; i < CLIENTS; i++) { /* every key before the coordinators read the list */
+        char id[64], path[512];
+        snprintf(id, sizeof id, "p%d", i);
+        procs_client_key(id, path);
+        snprintf(id, sizeof id, "vc-%05d", i);
+        procs_client_key(id, path);
+    }
+    /* separate processes */
+    pid_t server = start_server("procs", db_p, log_p);
+    endpoint_of(log_p, ep);
+    pid_t c[CLIENTS];
+    for (int i = 0; i < CLIENTS; i++) {
+        char id[16], clog[600];
+        snprintf(id, sizeof id, "p%d", i);
+        snprintf(part, sizeof part, "%d/%d", i, CLIENTS);
+        snprintf(clog, sizeof clog, "%s/p%d.log", dir, i);
+        char *argv[] = {BIN("client/fedmoe-client"), "--connect", ep, "--id", id, "--partition", part, NULL};
+        c[i] = procs_spawn_client(argv, clog);
+    }
+    const char *ids[] = {"p0", "p1", "p2"};
+    procs_assert_run_of(db_p, server, c, ids, CLIENTS, atoi(ROUNDS));
+    /* one virtual host */
+    server = start_server("virtual", db_v, log_v);
+    endpoint_of(log_v, ep);
+    char hlog[600], n[8];
+    snprintf(hlog, sizeof hlog, "%s/host.log", dir);
+    snprintf(n, sizeof n, "%d", CLIENTS);
+    snprintf(part, sizeof part, "0/%d", CLIENTS);
+    char *hargv[] = {BIN("client/fedmoe-client"), "--connect", ep, "--id", "vc", "--virtual", n, "--keys", allow,
+                     "--server-key", pub, "--partition", part, "--workers", "2", NULL};
+    pid_t host = procs_spawn(hargv, hlog);
+    assert_int_equal(procs_wait(server, 300), 0);
+    assert_int_equal(procs_wait(host, 30), 0);
+    assert_true(procs_log_has(hlog, "loaded once"));
+    /* the same, client for client (rows in id order: p0.. and vc-00000.. alike) */
+    fm_round_row_t *rp, *rv;
+    fm_client_round_row_t *cp, *cv;
+    int nrp, nrv, ncp, ncv;
+    procs_finished_run(db_p, &rp, &nrp, &cp, &ncp);
+    procs_finished_run(db_v, &rv, &nrv, &cv, &ncv);
+    assert_int_equal(ncp, CLIENTS * atoi(ROUNDS));
+    assert_int_equal(ncv, ncp);
+    for (int i = 0; i < ncp; i++) {
+        char want[16];
+        snprintf(want, sizeof want, "vc-%05d", i % CLIENTS);
+        assert_string_equal(cv[i].client_id, want);
+        assert_int_equal(cp[i].round, cv[i].round);
+        assert_string_equal(cv[i].status, "completed");
+        assert_true(cp[i].train_loss == cv[i].train_loss && cp[i].val_loss == cv[i].val_loss &&
+                    cp[i].test_loss == cv[i].test_loss && cp[i].test_accuracy == cv[i].test_accuracy &&
+                    cp[i].generalist_share == cv[i].generalist_share);
+        assert_int_equal(cp[i].test_correct, cv[i].test_correct);
+        assert_int_equal(cp[i].val_correct, cv[i].val_correct);
+    }
+    for (int r = 0; r < nrp; r++)
+        assert_true(rp[r].test_accuracy == rv[r].test_accuracy && rp[r].train_loss == rv[r].train_loss);
+    size_t lp, lv;
+    uint8_t *sp = final_state(db_p, &lp), *sv = final_state(db_v, &lv);
+    assert_int_equal(lp, lv);
+    assert_memory_equal(sp, sv, lp);
+    free(sp);
+    free(sv);
+    free(rp);
+    free(rv);
+    free(cp);
+    free(cv);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_virtual_clients_as_processes),
+    };
+    return procs_run_tests("virtual", tests, sizeof tests / sizeof tests[0], dir, sizeof dir);
+}
