@@ -39,6 +39,7 @@ typedef struct {
     void *sock;
     char id[16];
     bool welcomed, pending, done;
+    bool granted, announced; /* upload grants: its Grant came; its ready update announced */
     double send_at, last_beat, last_hello;
     uint8_t nonce[FM_NONCE_BYTES];
     uint32_t task_round, sent_round; /* reported in its heartbeats, as fedmoe-client does */
@@ -57,6 +58,7 @@ typedef struct {
     fm_run_spec_t spec;
     fm_exchange_dims_t dims;
     bool have_spec;
+    bool grants; /* the coordinator grants uploads (its Welcome) */
     int round; /* the round the encoded updates are for (0: none) */
     uint8_t *update[MAX_CLASSES];
     size_t update_len[MAX_CLASSES], nonce_at[MAX_CLASSES];
@@ -163,6 +165,10 @@ static void handle(lg_t *g, lg_client_t *k, const uint8_t *data, size_t len)
             stop = 1;
         }
         k->welcomed = true;
+        g->grants = env->welcome->upload_grants;
+        break;
+    case FEDMOE__ENVELOPE__BODY_GRANT:
+        k->granted = k->pending && env->grant->round == k->task_round;
         break;
     case FEDMOE__ENVELOPE__BODY_TASK:
         g->tasks++;
@@ -175,6 +181,8 @@ static void handle(lg_t *g, lg_client_t *k, const uint8_t *data, size_t len)
         memcpy(k->nonce, env->task->nonce.data, FM_NONCE_BYTES);
         k->task_round = env->task->round;
         k->pending = true;
+        k->granted = k->announced = false;
+        k->last_beat = 0.0; /* (a heartbeat now says it has the Task) */
         k->send_at = fm_clock_seconds() + g->o.spread * ((double)rand() / RAND_MAX);
         break;
     case FEDMOE__ENVELOPE__BODY_SHUTDOWN:
@@ -198,7 +206,11 @@ static double send_due(lg_t *g, int index, double now)
     lg_client_t *k = &g->c[index];
     if (k->done)
         return 1.0;
-    if (k->pending && now >= k->send_at) {
+    if (k->pending && now >= k->send_at && g->grants && !k->granted && !k->announced) {
+        k->announced = true; /* ready: a heartbeat now says so */
+        k->last_beat = 0.0;
+    }
+    if (k->pending && now >= k->send_at && (!g->grants || k->granted)) {
         int j = (g->o.first + index) % g->o.classes;
         memcpy(g->update[j] + g->nonce_at[j], k->nonce, FM_NONCE_BYTES);
         if (zmq_send(k->sock, g->update[j], g->update_len[j], ZMQ_DONTWAIT) >= 0) {
@@ -215,13 +227,14 @@ static double send_due(lg_t *g, int index, double now)
         hb.progress = true;
         hb.task_round = k->task_round;
         hb.sent_round = k->sent_round;
+        hb.ready_round = k->pending && k->announced ? k->task_round : 0;
         env.body_case = FEDMOE__ENVELOPE__BODY_HEARTBEAT;
         env.heartbeat = &hb;
         send_env(k, &env);
         k->last_beat = now;
     }
     double next = k->welcomed ? k->last_beat + HEARTBEAT_S - now : 1.0;
-    if (k->pending && k->send_at - now < next)
+    if (k->pending && (!g->grants || k->granted) && k->send_at - now < next)
         next = k->send_at - now;
     return next;
 }

@@ -95,7 +95,8 @@ static void beat(session_t *s, bool force)
     hb.unix_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
     hb.progress = true;
     hb.task_round = s->task_round;
-    hb.sent_round = s->sent.bytes ? s->sent.round : 0;
+    hb.sent_round = s->sent.bytes && !s->sent.waiting ? s->sent.round : 0;
+    hb.ready_round = s->sent.bytes && s->sent.waiting ? s->sent.round : 0;
     env.body_case = FEDMOE__ENVELOPE__BODY_HEARTBEAT;
     env.heartbeat = &hb;
     fm_wire_send(s->link.sock, NULL, &env);
@@ -115,6 +116,7 @@ static fm_status handle_welcome(session_t *s, const Fedmoe__Welcome *w)
 {
     s->away_since = 0.0;
     s->hello_due = false;
+    s->grants = w->upload_grants;
     if (s->run_id[0] && strcmp(s->run_id, w->run_id) == 0)
         return FM_OK; /* a repeated welcome for the run we are in */
     if (s->run_id[0])
@@ -225,17 +227,22 @@ static fm_status upload(session_t *s, uint32_t round, const uint8_t *nonce, cons
     uint8_t *buf = NULL;
     size_t len = 0;
     st = fm_exchange_encode_update(&s->spec, &s->dims, &u, &buf, &len);
-    if (st == FM_OK)
+    /* with upload grants the Update waits for its Grant (announced now, then
+     * in every heartbeat) */
+    if (st == FM_OK && !s->grants)
         st = fm_wire_send_bytes(s->link.sock, NULL, buf, len);
     free(s->sent.bytes);
     s->sent.bytes = st == FM_OK ? buf : NULL;
     s->sent.len = len;
     s->sent.round = round;
+    s->sent.waiting = st == FM_OK && s->grants;
     memcpy(s->sent.nonce, nonce, FM_NONCE_BYTES);
     if (st != FM_OK) {
         free(buf);
         fm_warn("round %u: update not sent: %s", round, fm_error_last());
     }
+    if (s->sent.waiting)
+        beat(s, true);
     fm_info("round %u: train loss %.4f, test accuracy %.2f%% (%zu examples), %.1f s", round, ts->train_loss,
             100.0 * ev.accuracy, ev.n, u.metrics.seconds);
     return FM_OK;
@@ -262,6 +269,10 @@ static fm_status handle_task(session_t *s, const Fedmoe__Task *t)
         /* the task of the update sent last, again (this client said hello again,
          * or its update was lost on the way): the same update again, not retrained */
         fm_exchange_task_free(&in);
+        if (s->sent.waiting) { /* (still waiting for its grant: say so again) */
+            beat(s, true);
+            return FM_OK;
+        }
         fm_info("round %u: the same task again: its update sent again", s->sent.round);
         if (fm_wire_send_bytes(s->link.sock, NULL, s->sent.bytes, s->sent.len) != FM_OK)
             fm_warn("round %u: update not sent: %s", s->sent.round, fm_error_last());
@@ -325,6 +336,16 @@ static Fedmoe__Envelope *next_message(session_t *s)
     return env;
 }
 
+/* The coordinator's leave to send the Update waiting for it. */
+static void handle_grant(session_t *s, const Fedmoe__Grant *g)
+{
+    if (!s->sent.bytes || !s->sent.waiting || g->round != s->sent.round)
+        return; /* (a grant repeated after it was used, or for another round) */
+    s->sent.waiting = false;
+    if (fm_wire_send_bytes(s->link.sock, NULL, s->sent.bytes, s->sent.len) != FM_OK)
+        fm_warn("round %u: update not sent: %s", s->sent.round, fm_error_last());
+}
+
 fm_status fm_session_run(const fm_session_config_t *cfg, volatile sig_atomic_t *stop)
 {
     session_t s = {0};
@@ -380,6 +401,7 @@ fm_status fm_session_run(const fm_session_config_t *cfg, volatile sig_atomic_t *
         switch (env->body_case) {
         case FEDMOE__ENVELOPE__BODY_WELCOME: st = handle_welcome(&s, env->welcome); done = st != FM_OK; break;
         case FEDMOE__ENVELOPE__BODY_TASK: st = handle_task(&s, env->task); done = st != FM_OK; break;
+        case FEDMOE__ENVELOPE__BODY_GRANT: handle_grant(&s, env->grant); break;
         case FEDMOE__ENVELOPE__BODY_SHUTDOWN:
             if (env->shutdown->resumable && s.run_id[0]) {
                 /* (a restart, an upgrade): ZeroMQ reconnects, and the heartbeat

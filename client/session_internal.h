@@ -48,7 +48,9 @@ typedef struct {
         size_t len;
         uint32_t round;
         uint8_t nonce[FM_NONCE_BYTES];
+        bool waiting;       /* not sent yet: waiting for its Grant */
     } sent;
+    bool grants;            /* the coordinator grants uploads (its Welcome said so) */
 } session_t;
 
 /* Everything a round changes on a client: every group's weights and moments,

@@ -159,6 +159,8 @@ fm_status fm_coord_start_tasks(fm_coordinator_t *c)
     size_t own = 64 + (size_t)c->dims.max_nonlocal * (c->dims.nprompt * 4 + 96);
     if (st == FM_OK)
         st = fm_fanout_reset(&c->fanout, c->round.nparts, fm_blob_len(c->task_shared) + own);
+    if (st == FM_OK) /* (an Update is about the size of the shared part) */
+        st = fm_fanout_reset(&c->grants, c->round.nparts, fm_blob_len(c->task_shared) + own);
     for (int i = 0; st == FM_OK && i < c->round.nparts; i++)
         fm_fanout_push(&c->fanout, i);
     fm_coord_pump(c);
@@ -170,6 +172,7 @@ void fm_coord_end_tasks(fm_coordinator_t *c)
     fm_blob_unref(c->task_shared);
     c->task_shared = NULL;
     fm_fanout_free(&c->fanout);
+    fm_fanout_free(&c->grants);
     free(c->nearest);
     free(c->nearest_found);
     c->nearest = c->nearest_found = NULL;
@@ -185,6 +188,22 @@ void fm_coord_task_taken(fm_coordinator_t *c, fm_participant_t *p)
     fm_fanout_done(&c->fanout, (int)(p - c->round.parts));
 }
 
+void fm_coord_part_done(fm_coordinator_t *c, fm_participant_t *p)
+{
+    fm_fanout_done(&c->fanout, (int)(p - c->round.parts));
+    fm_fanout_done(&c->grants, (int)(p - c->round.parts));
+}
+
+static void send_grant(fm_coordinator_t *c, const fm_participant_t *p)
+{
+    Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
+    Fedmoe__Grant g = FEDMOE__GRANT__INIT;
+    g.round = (uint32_t)c->round.number;
+    env.body_case = FEDMOE__ENVELOPE__BODY_GRANT;
+    env.grant = &g;
+    fm_coord_emit(c, fm_registry_at(c->reg, p->slot)->id, &env);
+}
+
 void fm_coord_pump(fm_coordinator_t *c)
 {
     int i;
@@ -193,6 +212,12 @@ void fm_coord_pump(fm_coordinator_t *c)
             send_task(c, &c->round.parts[i]);
         else
             fm_fanout_done(&c->fanout, i);
+    }
+    while (c->round.state == FM_ROUND_OPEN && c->task_shared && (i = fm_fanout_next(&c->grants, c->now)) >= 0) {
+        if (c->round.parts[i].state == FM_PART_AWAITED)
+            send_grant(c, &c->round.parts[i]);
+        else
+            fm_fanout_done(&c->grants, i);
     }
 }
 
@@ -353,6 +378,7 @@ static void handle_hello(fm_coordinator_t *c, const char *id, const Fedmoe__Hell
     fm_run_spec_welcome(&c->spec, c->run_id, part, (uint32_t)c->round.number, &w);
     env.body_case = FEDMOE__ENVELOPE__BODY_WELCOME;
     env.welcome = &w.welcome;
+    w.welcome.upload_grants = true;
     fm_coord_emit(c, id, &env);
     fm_log(changed || !was ? FM_LOG_INFO : FM_LOG_DEBUG, "client %s %s (partition %d, %u specialists)", id,
            was ? "said hello again" : "joined", part, h->specialists);
@@ -424,7 +450,7 @@ static void handle_update(fm_coordinator_t *c, const char *id, int slot, const F
     fm_participant_t *p = update_target(c, id, slot, u);
     if (!p)
         return;
-    fm_coord_task_taken(c, p);
+    fm_coord_part_done(c, p);
     fm_exchange_t e = fm_exchange_of(c->spec.strategy);
     fm_metrics_t m;
     fm_wire_code code = FM_WIRE_OK;
@@ -487,6 +513,7 @@ static void handle_update(fm_coordinator_t *c, const char *id, int slot, const F
  * again (a client answers a repeated Task with the Update it sent), at most
  * once per TASK_LOST_S. */
 #define TASK_LOST_S 10.0
+#define GRANT_LOST_S 3.0
 static void check_progress(fm_coordinator_t *c, int slot, const Fedmoe__Heartbeat *hb)
 {
     fm_participant_t *p = c->round.state == FM_ROUND_OPEN ? fm_round_find(&c->round, slot) : NULL;
@@ -495,6 +522,10 @@ static void check_progress(fm_coordinator_t *c, int slot, const Fedmoe__Heartbea
         return;
     if (hb->task_round >= r)
         fm_coord_task_taken(c, p);
+    int q = (int)(p - c->round.parts);
+    double granted = fm_fanout_sent_at(&c->grants, q);
+    if (hb->ready_round == r && (granted < 0 || c->now - granted > GRANT_LOST_S))
+        fm_fanout_push(&c->grants, q); /* (again: a grant that has not brought the Update in a while was lost) */
     if (c->now - p->task_sent_at < TASK_LOST_S || fm_fanout_queued(&c->fanout, (int)(p - c->round.parts)))
         return;
     bool no_task = hb->task_round < r, update_lost = hb->sent_round >= r;

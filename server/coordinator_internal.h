@@ -31,6 +31,7 @@ struct fm_coordinator {
     fm_round_t round;
     fm_blob_t *task_shared;     /* the open round's Task part every participant shares, or NULL */
     fm_fanout_t fanout;         /* the pace of the open round's Tasks */
+    fm_fanout_t grants;         /* and of its uploads (upload grants) */
     int *nearest, *nearest_found; /* the open round's K nearest pool prompts of each participant */
     fm_aggregator_t *agg_model, *agg_prompt;
     double clip[2];               /* this round's bound on update distances (model, prompt); 0: none */
@@ -65,6 +66,9 @@ fm_status fm_coord_start_tasks(fm_coordinator_t *c);
 void fm_coord_end_tasks(fm_coordinator_t *c);
 void fm_coord_queue_task(fm_coordinator_t *c, fm_participant_t *p);
 void fm_coord_task_taken(fm_coordinator_t *c, fm_participant_t *p);
+/* p's part in the round ended (its Update came, or it left): its Task's and
+ * its upload's places are free. */
+void fm_coord_part_done(fm_coordinator_t *c, fm_participant_t *p);
 void fm_coord_pump(fm_coordinator_t *c);
 /* Sends an envelope; returns its size in bytes, 0 when not encoded (coordinator.c). */
 int64_t fm_coord_emit(fm_coordinator_t *c, const char *id, Fedmoe__Envelope *env);

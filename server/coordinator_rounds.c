@@ -40,7 +40,7 @@ static void sweep_silent(fm_coordinator_t *c, double now)
         bool awaited = p && p->state == FM_PART_AWAITED;
         if (p) {
             fm_round_lose(&c->round, p);
-            fm_coord_task_taken(c, p);
+            fm_coord_part_done(c, p);
         }
         fm_warn("client %s silent for %.0f s: taken as gone%s", cl->id, now - cl->last_seen,
                 awaited ? " (dropped from this round)" : "");

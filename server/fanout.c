@@ -65,6 +65,11 @@ void fm_fanout_done(fm_fanout_t *f, int i)
 
 int fm_fanout_queued(const fm_fanout_t *f, int i) { return i >= 0 && i < f->n && (f->state[i] & STATE) == QUEUED; }
 
+double fm_fanout_sent_at(const fm_fanout_t *f, int i)
+{
+    return i >= 0 && i < f->n && (f->state[i] & STATE) == FLYING ? f->sent_at[i] : -1.0;
+}
+
 int fm_fanout_next(fm_fanout_t *f, double now)
 {
     for (int j = f->inflight - 1; j >= 0; j--)

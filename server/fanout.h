@@ -12,7 +12,13 @@
  * freeing it early let Tasks pile up, each encrypted for its connection, in
  * front of 5,000 slow clients (843 MB). Sends wait in a queue in the order asked; a
  * participant is queued or in flight at most once. The module decides only:
- * the coordinator sends. */
+ * the coordinator sends.
+ *
+ * The same window paces uploads (upload grants): a client with an Update
+ * ready says so (Heartbeat.ready_round) and sends it when granted; the
+ * coordinator grants a window of them at a time, and an Update folded in (or
+ * its client gone) makes room for the next. So a burst of uploads waits in the
+ * clients, not in the coordinator. */
 #ifndef FEDMOE_FANOUT_H
 #define FEDMOE_FANOUT_H
 
@@ -51,6 +57,8 @@ void fm_fanout_push(fm_fanout_t *f, int i);
 void fm_fanout_done(fm_fanout_t *f, int i);
 /* Whether participant i's Task waits in the queue (not sent yet). */
 int fm_fanout_queued(const fm_fanout_t *f, int i);
+/* When participant i's Task went, if it is in flight; -1 otherwise. */
+double fm_fanout_sent_at(const fm_fanout_t *f, int i);
 /* The next participant to send to now (it is in flight from now), or -1 when
  * the window is full or nothing is queued. Places held longer than
  * FM_FANOUT_ACK_S are freed first. */

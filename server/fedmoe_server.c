@@ -41,8 +41,8 @@ int main(int argc, char **argv)
      * libzmq's I/O thread too): from the heap, reused, rather than mapped and
      * unmapped each time (a page fault per 4 KB, a TLB flush per unmap: a fifth
      * of the I/O thread's time at 1,000 clients) */
-    mallopt(M_MMAP_THRESHOLD, 64 << 20);
-    mallopt(M_TRIM_THRESHOLD, 128 << 20);
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 16 << 20);
     fm_kernels_set_threads(1);
     fm_signals_install();
     fm_signals_install_reload();
