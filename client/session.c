@@ -64,6 +64,7 @@ static void send_hello(session_t *s)
 
 static void drop_run(session_t *s)
 {
+    s->spilled = false;
     fm_trainer_destroy(&s->trainer);
     fm_model_destroy(&s->model);
     if (s->have_data)
@@ -77,6 +78,8 @@ static void drop_run(session_t *s)
     sess_snap_free(&s->pre);
     free(s->sent.bytes);
     s->sent.bytes = NULL;
+    s->sent.round = 0;
+    s->sent.waiting = false;
 }
 
 /* A heartbeat when one is due (or now, when forced: a Task taken, which frees
@@ -95,7 +98,7 @@ static void beat(session_t *s, bool force)
     hb.unix_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
     hb.progress = true;
     hb.task_round = s->task_round;
-    hb.sent_round = s->sent.bytes && !s->sent.waiting ? s->sent.round : 0;
+    hb.sent_round = !s->sent.waiting ? s->sent.round : 0; /* (its bytes may be spilled) */
     hb.ready_round = s->sent.bytes && s->sent.waiting ? s->sent.round : 0;
     env.body_case = FEDMOE__ENVELOPE__BODY_HEARTBEAT;
     env.heartbeat = &hb;
@@ -110,6 +113,45 @@ static bool on_progress(void *user)
     session_t *s = user;
     beat(s, false);
     return !*s->stop;
+}
+
+/* The run's model, trainer and scratch (from its spec and partition), with the
+ * state of the client's state file when there is one. */
+static fm_status build_model(session_t *s)
+{
+    uint64_t index = (uint64_t)s->partition;
+    fm_status st;
+    if ((st = fm_model_new(&s->model, &s->spec.model, s->spec.seed, fm_rng_stream(FM_STREAM_LOCAL, index))) != FM_OK ||
+        (st = fm_trainer_new(&s->trainer, s->model, &s->spec.train, s->spec.seed,
+                             fm_rng_stream(FM_STREAM_SHUFFLE, index))) != FM_OK)
+        return st;
+    fm_trainer_set_progress(s->trainer, on_progress, s, 10);
+    s->dims = fm_exchange_dims(&s->spec, fm_federated_size(s->model, s->spec.strategy));
+    if (!(s->vec = malloc(sizeof(float) * (s->dims.nmodel + 1))))
+        return FM_ERR_NOMEM;
+    sess_load_state(s, !s->spilled);
+    s->spilled = false;
+    return FM_OK;
+}
+
+/* A virtual client with a state file, between rounds (its Update sent): the
+ * model, trainer, snapshot and kept Update go, rebuilt from the state file at
+ * its next Task, so an idle client holds only its data and socket. (A Task
+ * sent again then trains the round again from the state before it: the same
+ * Update.) */
+static void spill(session_t *s)
+{
+    if (!s->cfg->host || !s->cfg->state_dir[0] || !s->model || s->sent.waiting)
+        return;
+    fm_trainer_destroy(&s->trainer);
+    fm_model_destroy(&s->model);
+    free(s->vec);
+    s->vec = NULL;
+    sess_snap_free(&s->pre);
+    s->pre.round = -1;
+    free(s->sent.bytes);
+    s->sent.bytes = NULL;
+    s->spilled = true;
 }
 
 static fm_status handle_welcome(session_t *s, const Fedmoe__Welcome *w)
@@ -159,17 +201,9 @@ static fm_status handle_welcome(session_t *s, const Fedmoe__Welcome *w)
                      s->data.classes, s->spec.model.in_dim, s->spec.model.classes);
         return FM_ERR_ARG;
     }
-    uint64_t index = (uint64_t)s->partition;
-    if ((st = fm_model_new(&s->model, &s->spec.model, s->spec.seed, fm_rng_stream(FM_STREAM_LOCAL, index))) != FM_OK ||
-        (st = fm_trainer_new(&s->trainer, s->model, &s->spec.train, s->spec.seed,
-                             fm_rng_stream(FM_STREAM_SHUFFLE, index))) != FM_OK)
-        return st;
-    fm_trainer_set_progress(s->trainer, on_progress, s, 10);
-    s->dims = fm_exchange_dims(&s->spec, fm_federated_size(s->model, s->spec.strategy));
-    if (!(s->vec = malloc(sizeof(float) * (s->dims.nmodel + 1))))
-        return FM_ERR_NOMEM;
     snprintf(s->run_id, sizeof s->run_id, "%s", w->run_id);
-    sess_load_state(s);
+    if ((st = build_model(s)) != FM_OK)
+        return st;
     fm_info("run %s (%s), partition %d/%d: %zu train, %zu validation, %zu test examples", s->run_id,
             fm_strategy_name(s->spec.strategy), s->partition, s->spec.partition_count, s->data.train.n,
             s->data.val.n, s->data.test.n);
@@ -250,6 +284,9 @@ static fm_status upload(session_t *s, uint32_t round, const uint8_t *nonce, cons
 
 static fm_status handle_task(session_t *s, const Fedmoe__Task *t)
 {
+    fm_status built = s->spilled ? build_model(s) : FM_OK;
+    if (built != FM_OK)
+        return built;
     if (!s->model) {
         reply_error(s, FM_WIRE_REJECTED, "task before welcome");
         return FM_OK;
@@ -316,6 +353,7 @@ static fm_status handle_task(session_t *s, const Fedmoe__Task *t)
         return st;
     s->last_round = (int)t->round;
     sess_save_state(s);
+    spill(s);
     return FM_OK;
 }
 
@@ -344,6 +382,7 @@ static void handle_grant(session_t *s, const Fedmoe__Grant *g)
     s->sent.waiting = false;
     if (fm_wire_send_bytes(s->link.sock, NULL, s->sent.bytes, s->sent.len) != FM_OK)
         fm_warn("round %u: update not sent: %s", s->sent.round, fm_error_last());
+    spill(s);
 }
 
 fm_status fm_session_run(const fm_session_config_t *cfg, volatile sig_atomic_t *stop)

@@ -51,6 +51,7 @@ typedef struct {
         bool waiting;       /* not sent yet: waiting for its Grant */
     } sent;
     bool grants;            /* the coordinator grants uploads (its Welcome said so) */
+    bool spilled;           /* model and trainer freed between rounds (virtual host): rebuilt from the state file */
 } session_t;
 
 /* Everything a round changes on a client: every group's weights and moments,
@@ -63,7 +64,8 @@ void sess_snap_restore(session_t *s, const snapshot_t *n);
 /* Writes the state file (the state now and s->pre), atomically; a failure is
  * logged, not fatal. */
 void sess_save_state(session_t *s);
-/* Reads the state file of this run and client, if any and usable. */
-void sess_load_state(session_t *s);
+/* Reads the state file of this run and client, if any and usable (said at
+ * info level when `restart`, at debug level when a spilled client comes back). */
+void sess_load_state(session_t *s, bool restart);
 
 #endif

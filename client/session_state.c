@@ -178,7 +178,7 @@ static fm_status read_state(session_t *s, const char *path, snapshot_t *now, sna
     return st;
 }
 
-void sess_load_state(session_t *s)
+void sess_load_state(session_t *s, bool restart)
 {
     if (!s->cfg->state_dir[0])
         return;
@@ -194,7 +194,8 @@ void sess_load_state(session_t *s)
         s->pre = pre;
         memset(&pre, 0, sizeof pre);
         pre.round = -1;
-        fm_info("restored local state after round %d from %s", s->last_round, path);
+        fm_log(restart ? FM_LOG_INFO : FM_LOG_DEBUG, "restored local state after round %d from %s", s->last_round,
+               path);
     } else {
         fm_warn("%s is not a usable state file for this run (%s); starting fresh", path, fm_error_last());
     }

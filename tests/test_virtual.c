@@ -1,15 +1,21 @@
 /* Virtual clients (fedmoe-client --virtual N): N clients in one process, each
  * with its own CURVE key and connection to a real coordinator, one shared copy
  * of the dataset, two training at once. They are independent of each other:
- * a short run of 3 virtual clients gives, partition for partition, the same
- * results as 3 client processes (every client's per-round metrics equal, the
- * final global state bit-identical). */
+ * a short run of 3 virtual clients, their models spilled to their state
+ * files between rounds, gives, partition for partition, the same results as
+ * 3 client processes (every client's per-round metrics equal, the
+ * final global state bit-identical). A virtual host killed mid-round: its
+ * clients are dropped from that round and the run goes on without them;
+ * restarted, they come back from the state they spilled to their state files
+ * between rounds. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -109,8 +115,11 @@ static void test_virtual_clients_as_processes(void **state)
     snprintf(hlog, sizeof hlog, "%s/host.log", dir);
     snprintf(n, sizeof n, "%d", CLIENTS);
     snprintf(part, sizeof part, "0/%d", CLIENTS);
+    char sdir[600]; /* (with a state folder: between rounds each client's model is spilled to it) */
+    snprintf(sdir, sizeof sdir, "%s/vc-state", dir);
+    mkdir(sdir, 0700);
     char *hargv[] = {BIN("client/fedmoe-client"), "--connect", ep, "--id", "vc", "--virtual", n, "--keys", allow,
-                     "--server-key", pub, "--partition", part, "--workers", "2", NULL};
+                     "--server-key", pub, "--partition", part, "--workers", "2", "--state-dir", sdir, NULL};
     pid_t host = procs_spawn(hargv, hlog);
     assert_int_equal(procs_wait(server, 300), 0);
     assert_int_equal(procs_wait(host, 30), 0);
@@ -149,10 +158,109 @@ static void test_virtual_clients_as_processes(void **state)
     free(cv);
 }
 
+/* Waits (up to 120 s) until log has text. */
+static void wait_log(const char *log, const char *text)
+{
+    for (int i = 0; i < 1200 && !procs_log_has(log, text); i++)
+        usleep(100000);
+    assert_true(procs_log_has(log, text));
+}
+
+/* The round of log's n-th "round N/..." line that has text, 0 when none. */
+static int round_with(const char *log, const char *text, int n)
+{
+    FILE *f = fopen(log, "r");
+    if (!f)
+        return 0;
+    char line[1024];
+    int round = 0;
+    while (!round && fgets(line, sizeof line, f)) {
+        const char *at = strstr(line, "round ");
+        if (strstr(line, text) && at && --n == 0)
+            round = atoi(at + 6);
+    }
+    fclose(f);
+    return round;
+}
+
+static void test_killed_host_resumes_from_spilled_state(void **state)
+{
+    (void)state;
+    char key[512], pub[512], allow[512], db[512], log[512], ep[64], sdir[600];
+    procs_server_keys(key, pub, allow);
+    const char *ids[] = {"k0", "k1", "vk-00000", "vk-00001"};
+    for (int i = 0; i < 4; i++) {
+        char path[512];
+        procs_client_key(ids[i], path);
+    }
+    snprintf(sdir, sizeof sdir, "%s/vk-state", dir);
+    mkdir(sdir, 0700);
+    procs_files("killed", db, log);
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", procs_free_port());
+    char *sargv[] = {BIN("server/fedmoe-server"), "--bind", ep, "--db", db, "--rounds", "8", "--partitions", "4",
+                     "--min-clients", "2", "--client-timeout", "4", "--strategy", "comigs", NULL};
+    pid_t server = procs_spawn_server(sargv, log);
+    pid_t c[2];
+    for (int i = 0; i < 2; i++) {
+        char clog[600], part[16];
+        snprintf(clog, sizeof clog, "%s/%s.log", dir, ids[i]);
+        snprintf(part, sizeof part, "%d/4", i);
+        char *argv[] = {BIN("client/fedmoe-client"), "--connect", ep, "--id", (char *)ids[i], "--partition", part,
+                        NULL};
+        c[i] = procs_spawn_client(argv, clog);
+    }
+    char h1[600], h2[600];
+    snprintf(h1, sizeof h1, "%s/vk-1.log", dir);
+    snprintf(h2, sizeof h2, "%s/vk-2.log", dir);
+    char *hargv[] = {BIN("client/fedmoe-client"), "--connect", ep, "--id", "vk", "--virtual", "2", "--keys", allow,
+                     "--server-key", pub, "--partition", "2/4", "--state-dir", sdir, NULL};
+    pid_t host = procs_spawn(hargv, h1);
+    /* the second round of all four: the host's clients have finished one and
+     * are training the next */
+    int killed = 0;
+    for (int i = 0; i < 1200 && !(killed = round_with(log, "4 of 4 connected clients selected", 2)); i++)
+        usleep(100000);
+    assert_true(killed > 0);
+    usleep(300000);
+    kill(host, SIGKILL);
+    assert_int_equal(procs_wait(host, 10), 128 + SIGKILL);
+    char next[32];
+    snprintf(next, sizeof next, "round %d/8", killed + 1);
+    wait_log(log, next);
+    host = procs_spawn(hargv, h2);
+    assert_int_equal(procs_wait(server, 300), 0);
+    assert_int_equal(procs_wait(host, 30), 0);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(procs_wait(c[i], 30), 0);
+    char restored[64];
+    snprintf(restored, sizeof restored, "restored local state after round %d", killed - 1);
+    assert_true(procs_log_has(h2, restored));
+    fm_round_row_t *r;
+    fm_client_round_row_t *cr;
+    int nr, nc;
+    procs_finished_run(db, &r, &nr, &cr, &nc);
+    assert_int_equal(nr, 8);
+    int dropped = 0, back[2] = {0, 0};
+    for (int i = 0; i < nc; i++)
+        for (int v = 0; v < 2; v++) {
+            if (strcmp(cr[i].client_id, ids[2 + v]) != 0)
+                continue;
+            dropped += cr[i].round == killed && !strcmp(cr[i].status, "dropped");
+            back[v] += cr[i].round > killed && !strcmp(cr[i].status, "completed");
+        }
+    assert_int_equal(dropped, 2);        /* both dropped from the round they were killed in */
+    assert_true(back[0] > 0 && back[1] > 0); /* and both back later */
+    for (int k = 0; k < nr; k++)
+        assert_true(r[k].completed >= 2);
+    free(r);
+    free(cr);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_virtual_clients_as_processes),
+        cmocka_unit_test(test_killed_host_resumes_from_spilled_state),
     };
     return procs_run_tests("virtual", tests, sizeof tests / sizeof tests[0], dir, sizeof dir);
 }
