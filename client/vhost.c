@@ -18,6 +18,9 @@ struct fm_vhost {
     pthread_mutex_t data_lock;
     fm_data_cache_t cache;
     bool cached;
+    fm_data_cache_t failed; /* (its spec only) the data that could not be loaded, and why */
+    bool has_failed;
+    char why[512];
     pthread_mutex_t turn_lock;
     pthread_cond_t turn_free;
     int free_workers;
@@ -38,10 +41,22 @@ fm_status fm_vhost_data(fm_vhost_t *h, const fm_data_spec_t *spec, fm_client_dat
 {
     pthread_mutex_lock(&h->data_lock);
     fm_status st = FM_OK;
+    if (h->has_failed && fm_data_cache_serves(&h->failed, spec)) { /* (not once more per client) */
+        fm_error_set("%s", h->why);
+        pthread_mutex_unlock(&h->data_lock);
+        return FM_ERR_ARG;
+    }
     if (!h->cached || !fm_data_cache_serves(&h->cache, spec)) {
         if (h->cached)
             fm_data_cache_free(&h->cache);
         h->cached = (st = fm_data_cache_load(&h->cache, spec)) == FM_OK;
+        if (!h->cached) {
+            h->has_failed = true;
+            h->failed.spec = *spec;
+            snprintf(h->failed.dataset, sizeof h->failed.dataset, "%s", spec->dataset);
+            h->failed.spec.dataset = h->failed.dataset;
+            snprintf(h->why, sizeof h->why, "%s", fm_error_last());
+        }
         if (h->cached)
             fm_info("virtual host: dataset %s loaded once for its clients (%zu examples, %d partitions)",
                     spec->dataset, h->cache.all.n, spec->count);
