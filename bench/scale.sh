@@ -4,8 +4,10 @@
 # protocol-correct clients that answer every Task at once (or spread over
 # SPREAD s), ROUNDS rounds of STRATEGY. Prints per N: the coordinator's peak
 # RSS (VmHWM) and its ratio to the model's size, the median round wall time
-# (the rounds table), and the coordinator's CPU time per round (utime + stime
-# from the first round's opening to the end, divided by the rounds).
+# (the rounds table), the coordinator's CPU time per round (utime + stime
+# from the first round's opening to the end, divided by the rounds), and the
+# median time between rounds (a round's aggregation to the next one's opening:
+# the commit to the round log, the selection) and its share of a round.
 #   bench/scale.sh [BUILD=build] [NS="10 100 1000"] [ROUNDS=5] [STRATEGY=full] [SPREAD=0]
 set -euo pipefail
 build=${1:-build} ns=${2:-10 100 1000} rounds=${3:-5} strategy=${4:-full} spread=${5:-0}
@@ -17,7 +19,7 @@ mkdir "$work/keys" "$work/server"
 chmod 700 "$work/keys" "$work/server"
 "$bin/server/fedmoe-keygen" --out "$work/server" coordinator >/dev/null
 port=$((20000 + RANDOM % 10000)) # (below the ephemeral range, which thousands of clients use)
-printf '| clients | peak RSS | RSS / model | median round | CPU per round | CPU per client-round |\n|--:|--:|--:|--:|--:|--:|\n'
+printf '| clients | peak RSS | RSS / model | median round | CPU per round | CPU per client-round | between rounds |\n|--:|--:|--:|--:|--:|--:|--:|\n'
 for n in $ns; do
   "$bin/bench/fedmoe-loadgen" --keys "$work/keys" --clients "$n" --make-keys
   db=$work/scale-$n.db
@@ -52,11 +54,16 @@ for n in $ns; do
   /usr/bin/python3 - "$db" "$n" "$hwm" "$cpu" "$tck" "$model" "$rounds" <<'PY'
 import sqlite3, statistics, sys
 db, n, hwm, cpu, tck, model, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7])
-secs = [r[0] for r in sqlite3.connect(db).execute("SELECT seconds FROM rounds ORDER BY round")]
+rows = list(sqlite3.connect(db).execute("SELECT seconds, started_at, finished_at FROM rounds ORDER BY round"))
+secs = [r[0] for r in rows]
+from datetime import datetime
+t = lambda s: datetime.strptime(s, "%Y-%m-%dT%H:%M:%S.%fZ").timestamp()
+gaps = [t(rows[i + 1][1]) - t(rows[i][2]) for i in range(len(rows) - 1)]
 assert len(secs) == rounds, f"{len(secs)} rounds of {rounds}"
 mb = hwm / 1024
 cpu_round = cpu / tck / rounds
-print(f"| {n:,} | {mb:.0f} MB | {hwm * 1024 / (4 * model):.0f} | {statistics.median(secs):.2f} s | {cpu_round:.2f} s | {1000 * cpu_round / n:.1f} ms |")
+gap = f"{1000 * statistics.median(gaps):.0f} ms ({100 * statistics.median(gaps) / statistics.median(secs):.1f}%)" if gaps else "-"
+print(f"| {n:,} | {mb:.0f} MB | {hwm * 1024 / (4 * model):.0f} | {statistics.median(secs):.2f} s | {cpu_round:.2f} s | {1000 * cpu_round / n:.1f} ms | {gap} |")
 PY
   port=$((port + 1))
 done

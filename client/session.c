@@ -129,7 +129,8 @@ static fm_status build_model(session_t *s)
     s->dims = fm_exchange_dims(&s->spec, fm_federated_size(s->model, s->spec.strategy));
     if (!(s->vec = malloc(sizeof(float) * (s->dims.nmodel + 1))))
         return FM_ERR_NOMEM;
-    sess_load_state(s, !s->spilled);
+    sess_load_state(s, !s->loaded); /* (said at its first load after a welcome) */
+    s->loaded = true;
     s->spilled = false;
     return FM_OK;
 }
@@ -202,7 +203,12 @@ static fm_status handle_welcome(session_t *s, const Fedmoe__Welcome *w)
         return FM_ERR_ARG;
     }
     snprintf(s->run_id, sizeof s->run_id, "%s", w->run_id);
-    if ((st = build_model(s)) != FM_OK)
+    s->loaded = false;
+    /* a virtual client with a state folder builds its model at its first Task
+     * (most are idle most rounds: a model each would be gigabytes) */
+    s->dims = fm_exchange_dims(&s->spec, 0);
+    s->spilled = s->cfg->host && s->cfg->state_dir[0];
+    if (!s->spilled && (st = build_model(s)) != FM_OK)
         return st;
     fm_info("run %s (%s), partition %d/%d: %zu train, %zu validation, %zu test examples", s->run_id,
             fm_strategy_name(s->spec.strategy), s->partition, s->spec.partition_count, s->data.train.n,
@@ -282,7 +288,27 @@ static fm_status upload(session_t *s, uint32_t round, const uint8_t *nonce, cons
     return FM_OK;
 }
 
+/* A virtual host's client takes its turn on the host's cores for the whole
+ * Task (its model is rebuilt, trained, uploaded and spilled again within it,
+ * so only `workers` models exist at once), after saying it has the Task (the
+ * coordinator's fan-out goes on meanwhile). */
+static fm_status take_task(session_t *s, const Fedmoe__Task *t);
+
 static fm_status handle_task(session_t *s, const Fedmoe__Task *t)
+{
+    if (!s->cfg->host)
+        return take_task(s, t);
+    if (s->run_id[0] && t->round > s->task_round) {
+        s->task_round = t->round;
+        beat(s, true);
+    }
+    fm_vhost_train_enter(s->cfg->host, wait_turn, s);
+    fm_status st = take_task(s, t);
+    fm_vhost_train_leave(s->cfg->host);
+    return st;
+}
+
+static fm_status take_task(session_t *s, const Fedmoe__Task *t)
 {
     fm_status built = s->spilled ? build_model(s) : FM_OK;
     if (built != FM_OK)
@@ -335,20 +361,14 @@ static fm_status handle_task(session_t *s, const Fedmoe__Task *t)
         return st;
     fm_train_stats_t ts;
     double t0 = fm_clock_seconds();
-    if (s->cfg->host) /* (a virtual host's clients take turns on its cores) */
-        fm_vhost_train_enter(s->cfg->host, wait_turn, s);
     st = fm_trainer_run(s->trainer, &s->data.train, &s->data.val, s->spec.local_epochs, &ts);
     if (st == FM_ERR_STATE && *s->stop) {
         /* the state file keeps the last finished round; a restart trains this one again */
         fm_info("round %u abandoned: stopping", t->round);
-        if (s->cfg->host)
-            fm_vhost_train_leave(s->cfg->host);
         return FM_OK;
     }
     if (st == FM_OK)
         st = upload(s, t->round, nonce, &ts, t0);
-    if (s->cfg->host)
-        fm_vhost_train_leave(s->cfg->host);
     if (st != FM_OK)
         return st;
     s->last_round = (int)t->round;

@@ -52,6 +52,7 @@ typedef struct {
     } sent;
     bool grants;            /* the coordinator grants uploads (its Welcome said so) */
     bool spilled;           /* model and trainer freed between rounds (virtual host): rebuilt from the state file */
+    bool loaded;            /* the state file was read since the welcome */
 } session_t;
 
 /* Everything a round changes on a client: every group's weights and moments,

@@ -1,5 +1,6 @@
 #include "vhost.h"
 
+#include <malloc.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -151,6 +152,9 @@ fm_status fm_vhost_run(const fm_session_config_t *base, const fm_vhost_config_t 
 {
     int n = vc->clients, cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
     fm_vhost_t h = {.free_workers = vc->workers > 0 ? vc->workers : cores > 0 ? cores : 1};
+    /* a malloc arena per worker, not per thread: thousands of threads each
+     * keeping the freed memory of the models they built would hold gigabytes */
+    mallopt(M_ARENA_MAX, h.free_workers + 1);
     pthread_mutex_init(&h.data_lock, NULL);
     pthread_mutex_init(&h.turn_lock, NULL);
     pthread_cond_init(&h.turn_free, NULL);

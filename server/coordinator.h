@@ -92,7 +92,7 @@ fm_status fm_coordinator_run(const fm_server_config_t *cfg, volatile sig_atomic_
 
 /* A coordinator checkpoint (fedmoe/checkpoint.h format, magic FMCK): the round,
  * the global vector, the global prompt and the prompt pool. */
-typedef struct {
+typedef struct fm_checkpoint {
     int round;
     float *global;
     size_t nglobal;

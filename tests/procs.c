@@ -19,6 +19,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "coordinator.h"
 #include "fedmoe/clock.h"
 #include "fedmoe/keys.h"
 #include "fedmoe/spawn.h"
@@ -474,4 +475,33 @@ void procs_assert_run_of(const char *db, pid_t server, const pid_t *clients, con
     }
     free(r);
     free(cr);
+}
+
+void procs_latest_checkpoint(const char *db, fm_checkpoint_t *ck, int *round)
+{
+    fm_store_t *st;
+    fm_run_row_t run;
+    procs_open_latest(db, &st, &run);
+    uint8_t *blob;
+    size_t len;
+    bool found;
+    assert_int_equal(fm_store_latest_checkpoint(st, run.id, round, &blob, &len, &found), FM_OK);
+    assert_true(found);
+    assert_int_equal(fm_checkpoint_decode(blob, len, ck), FM_OK);
+    free(blob);
+    fm_store_run_clear(&run);
+    fm_store_close(&st);
+}
+
+uint8_t *procs_final_state(const char *db, size_t *len)
+{
+    fm_checkpoint_t ck;
+    int round;
+    procs_latest_checkpoint(db, &ck, &round);
+    *len = sizeof(float) * (ck.nglobal + ck.nprompt);
+    uint8_t *out = malloc(*len);
+    memcpy(out, ck.global, sizeof(float) * ck.nglobal);
+    memcpy(out + sizeof(float) * ck.nglobal, ck.prompt, sizeof(float) * ck.nprompt);
+    fm_checkpoint_free(&ck);
+    return out;
 }

@@ -99,6 +99,12 @@ void procs_finished_run(const char *db, fm_round_row_t **rounds, int *nr, fm_cli
  * row of every client, every row one of ids[0..n). */
 void procs_assert_run_of(const char *db, pid_t server, const pid_t *clients, const char *const *ids, int n,
                          int rounds);
+struct fm_checkpoint;
+/* The latest checkpoint of db's latest run, decoded into *ck (free with
+ * fm_checkpoint_free), and its round. */
+void procs_latest_checkpoint(const char *db, struct fm_checkpoint *ck, int *round);
+/* Its global vector then its global prompt, as bytes (malloc'd, *len). */
+uint8_t *procs_final_state(const char *db, size_t *len);
 /* PRAGMA integrity_check of db is "ok". */
 bool procs_integrity_ok(const char *db);
 

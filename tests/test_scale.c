@@ -78,32 +78,17 @@ static uint8_t *run_with(int clients, size_t *len)
     pid_t lg = procs_spawn(largv, lglog);
     assert_int_equal(procs_wait(server, 400), 0);
     assert_int_equal(procs_wait(lg, 60), 0);
-    fm_store_t *st;
-    fm_run_row_t run;
-    procs_open_latest(db, &st, &run);
-    assert_string_equal(run.status, "finished");
-    int round;
-    uint8_t *blob;
-    size_t blen;
-    bool found;
-    assert_int_equal(fm_store_latest_checkpoint(st, run.id, &round, &blob, &blen, &found), FM_OK);
-    assert_true(found);
-    assert_int_equal(round, 2);
+    assert_int_equal(procs_committed_rounds(db), 2);
     fm_checkpoint_t ck;
-    assert_int_equal(fm_checkpoint_decode(blob, blen, &ck), FM_OK);
+    int round;
+    procs_latest_checkpoint(db, &ck, &round);
+    assert_int_equal(round, 2);
     assert_int_equal(ck.pool_count, clients); /* everyone's prompt is in the pool */
     long peak = logged_peak_kb(log), bound = peak_bound_kb(clients, sizeof(float) * ck.nglobal);
     fprintf(stderr, "%d clients: coordinator peak %ld KB, bound %ld KB\n", clients, peak, bound);
     assert_true(peak > 0 && peak <= bound);
-    *len = sizeof(float) * (ck.nglobal + ck.nprompt);
-    uint8_t *out = malloc(*len);
-    memcpy(out, ck.global, sizeof(float) * ck.nglobal);
-    memcpy(out + sizeof(float) * ck.nglobal, ck.prompt, sizeof(float) * ck.nprompt);
     fm_checkpoint_free(&ck);
-    free(blob);
-    fm_store_run_clear(&run);
-    fm_store_close(&st);
-    return out;
+    return procs_final_state(db, len);
 }
 
 static void test_500_clients_as_5(void **state)

@@ -28,31 +28,6 @@ static char dir[256];
 #define CLIENTS 3
 #define ROUNDS "2"
 
-/* The final global vector and prompt of db's finished run (malloc'd, *len bytes). */
-static uint8_t *final_state(const char *db, size_t *len)
-{
-    fm_store_t *st;
-    fm_run_row_t run;
-    procs_open_latest(db, &st, &run);
-    int round;
-    uint8_t *blob;
-    size_t blen;
-    bool found;
-    assert_int_equal(fm_store_latest_checkpoint(st, run.id, &round, &blob, &blen, &found), FM_OK);
-    assert_true(found);
-    fm_checkpoint_t ck;
-    assert_int_equal(fm_checkpoint_decode(blob, blen, &ck), FM_OK);
-    *len = sizeof(float) * (ck.nglobal + ck.nprompt);
-    uint8_t *out = malloc(*len);
-    memcpy(out, ck.global, sizeof(float) * ck.nglobal);
-    memcpy(out + sizeof(float) * ck.nglobal, ck.prompt, sizeof(float) * ck.nprompt);
-    fm_checkpoint_free(&ck);
-    free(blob);
-    fm_store_run_clear(&run);
-    fm_store_close(&st);
-    return out;
-}
-
 static pid_t start_server(const char *tag, char *db, char *log)
 {
     char ep[64], parts[8];
@@ -147,7 +122,7 @@ static void test_virtual_clients_as_processes(void **state)
     for (int r = 0; r < nrp; r++)
         assert_true(rp[r].test_accuracy == rv[r].test_accuracy && rp[r].train_loss == rv[r].train_loss);
     size_t lp, lv;
-    uint8_t *sp = final_state(db_p, &lp), *sv = final_state(db_v, &lv);
+    uint8_t *sp = procs_final_state(db_p, &lp), *sv = procs_final_state(db_v, &lv);
     assert_int_equal(lp, lv);
     assert_memory_equal(sp, sv, lp);
     free(sp);
