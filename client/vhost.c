@@ -191,7 +191,7 @@ fm_status fm_vhost_run(const fm_session_config_t *base, const fm_vhost_config_t 
         pthread_join(v[i].thread, NULL);
         if (first == FM_OK && v[i].st != FM_OK) {
             first = v[i].st;
-            snprintf(why, sizeof why, "client %s: %s", v[i].cfg.id, v[i].why);
+            snprintf(why, sizeof why, "client %s: %.400s", v[i].cfg.id, v[i].why);
         }
     }
     pthread_attr_destroy(&attr);
