@@ -62,22 +62,30 @@ static void send_hello(session_t *s)
         fm_warn("hello not sent: %s", fm_error_last());
 }
 
-static void drop_run(session_t *s)
+/* Frees what training holds: model, trainer, scratch, the snapshot from before
+ * the round and the Update kept as sent (all of it rebuilt or redone from the
+ * state file when needed again). */
+static void release_model(session_t *s)
 {
-    s->spilled = false;
     fm_trainer_destroy(&s->trainer);
     fm_model_destroy(&s->model);
-    if (s->have_data)
-        fm_client_data_free(&s->data);
-    s->have_data = false;
     free(s->vec);
     s->vec = NULL;
-    s->run_id[0] = 0;
-    s->last_round = 0;
-    s->task_round = 0;
     sess_snap_free(&s->pre);
     free(s->sent.bytes);
     s->sent.bytes = NULL;
+}
+
+static void drop_run(session_t *s)
+{
+    release_model(s);
+    s->spilled = false;
+    if (s->have_data)
+        fm_client_data_free(&s->data);
+    s->have_data = false;
+    s->run_id[0] = 0;
+    s->last_round = 0;
+    s->task_round = 0;
     s->sent.round = 0;
     s->sent.waiting = false;
 }
@@ -144,14 +152,7 @@ static void spill(session_t *s)
 {
     if (!s->cfg->host || !s->cfg->state_dir[0] || !s->model || s->sent.waiting)
         return;
-    fm_trainer_destroy(&s->trainer);
-    fm_model_destroy(&s->model);
-    free(s->vec);
-    s->vec = NULL;
-    sess_snap_free(&s->pre);
-    s->pre.round = -1;
-    free(s->sent.bytes);
-    s->sent.bytes = NULL;
+    release_model(s);
     s->spilled = true;
 }
 
@@ -206,7 +207,6 @@ static fm_status handle_welcome(session_t *s, const Fedmoe__Welcome *w)
     s->loaded = false;
     /* a virtual client with a state folder builds its model at its first Task
      * (most are idle most rounds: a model each would be gigabytes) */
-    s->dims = fm_exchange_dims(&s->spec, 0);
     s->spilled = s->cfg->host && s->cfg->state_dir[0];
     if (!s->spilled && (st = build_model(s)) != FM_OK)
         return st;
@@ -343,8 +343,10 @@ static fm_status take_task(session_t *s, const Fedmoe__Task *t)
     }
     fm_status st = start_round(s, (int)in.round);
     if (st == FM_OK) {
-        s->task_round = in.round;
-        beat(s, true);
+        if (in.round != s->task_round) { /* (a virtual host's client said so before its turn) */
+            s->task_round = in.round;
+            beat(s, true);
+        }
         if (in.model)
             fm_federated_unpack(s->model, s->spec.strategy, in.model);
 #ifdef FM_BENCH_ATTACK

@@ -19,7 +19,8 @@ struct fm_vhost {
     pthread_mutex_t data_lock;
     fm_data_cache_t cache;
     bool cached;
-    fm_data_cache_t failed; /* (its spec only) the data that could not be loaded, and why */
+    fm_data_spec_t failed; /* the data that could not be loaded, and why */
+    char failed_dataset[256];
     bool has_failed;
     char why[512];
     pthread_mutex_t turn_lock;
@@ -42,7 +43,7 @@ fm_status fm_vhost_data(fm_vhost_t *h, const fm_data_spec_t *spec, fm_client_dat
 {
     pthread_mutex_lock(&h->data_lock);
     fm_status st = FM_OK;
-    if (h->has_failed && fm_data_cache_serves(&h->failed, spec)) { /* (not once more per client) */
+    if (h->has_failed && fm_data_spec_same(&h->failed, spec)) { /* (not once more per client) */
         fm_error_set("%s", h->why);
         pthread_mutex_unlock(&h->data_lock);
         return FM_ERR_ARG;
@@ -53,9 +54,9 @@ fm_status fm_vhost_data(fm_vhost_t *h, const fm_data_spec_t *spec, fm_client_dat
         h->cached = (st = fm_data_cache_load(&h->cache, spec)) == FM_OK;
         if (!h->cached) {
             h->has_failed = true;
-            h->failed.spec = *spec;
-            snprintf(h->failed.dataset, sizeof h->failed.dataset, "%s", spec->dataset);
-            h->failed.spec.dataset = h->failed.dataset;
+            h->failed = *spec;
+            snprintf(h->failed_dataset, sizeof h->failed_dataset, "%s", spec->dataset);
+            h->failed.dataset = h->failed_dataset;
             snprintf(h->why, sizeof h->why, "%s", fm_error_last());
         }
         if (h->cached)

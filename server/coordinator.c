@@ -74,6 +74,10 @@ static void send_error(fm_coordinator_t *c, const char *id, fm_wire_code code, c
 
 /* ---- tasks ------------------------------------------------------------------ */
 
+/* p's index in the round (its place in the windows). */
+static int part_index(const fm_coordinator_t *c, const fm_participant_t *p) { return (int)(p - c->round.parts); }
+
+
 /* The K nearest pool prompts of every participant (pool strategies), in one
  * batched search at the round's opening (the pool changes only at commits):
  * into c->nearest (K a participant, pool positions in id order) and
@@ -124,7 +128,7 @@ static void send_task(fm_coordinator_t *c, fm_participant_t *p)
     fm_client_t *cl = fm_registry_at(c->reg, p->slot);
     const float *nl[64];
     fm_task_t t = round_task(c);
-    int q = (int)(p - c->round.parts), k = c->spec.model.max_nonlocal;
+    int q = part_index(c, p), k = c->spec.model.max_nonlocal;
     const int *order = fm_registry_sorted(c->reg);
     t.nonlocal = nl;
     t.k = c->nearest ? (c->nearest_found[q] < 64 ? c->nearest_found[q] : 64) : 0;
@@ -138,11 +142,13 @@ static void send_task(fm_coordinator_t *c, fm_participant_t *p)
         fm_errorf("round %d: cannot build the task for %s: %s", c->round.number, cl->id, fm_error_last());
         return;
     }
-    fm_frame_t f[3] = {{own, head, NULL}, {NULL, 0, c->task_shared}, {own + head, len - head, NULL}};
+    fm_frame_t f[3];
+    fm_exchange_task_frames(own, len, head, c->task_shared, f);
     p->task_sent_at = c->now;
     if (c->send(c->send_user, cl->id, f, 3) == FM_OK) {
-        p->row.bytes_down += (int64_t)fm_frames_len(f, 3);
-        c->bytes_down += (int64_t)fm_frames_len(f, 3);
+        int64_t bytes = (int64_t)fm_frames_len(f, 3);
+        p->row.bytes_down += bytes;
+        c->bytes_down += bytes;
     } else {
         fm_warn("round %d: task to %s not sent: %s", c->round.number, cl->id, fm_error_last());
     }
@@ -178,23 +184,17 @@ void fm_coord_end_tasks(fm_coordinator_t *c)
     c->nearest = c->nearest_found = NULL;
 }
 
-void fm_coord_queue_task(fm_coordinator_t *c, fm_participant_t *p)
-{
-    fm_fanout_push(&c->fanout, (int)(p - c->round.parts));
-}
+void fm_coord_queue_task(fm_coordinator_t *c, fm_participant_t *p) { fm_fanout_push(&c->fanout, part_index(c, p)); }
 
-void fm_coord_task_taken(fm_coordinator_t *c, fm_participant_t *p)
-{
-    fm_fanout_done(&c->fanout, (int)(p - c->round.parts));
-}
+void fm_coord_task_taken(fm_coordinator_t *c, fm_participant_t *p) { fm_fanout_done(&c->fanout, part_index(c, p)); }
 
 void fm_coord_part_done(fm_coordinator_t *c, fm_participant_t *p)
 {
-    fm_fanout_done(&c->fanout, (int)(p - c->round.parts));
-    fm_fanout_done(&c->grants, (int)(p - c->round.parts));
+    fm_coord_task_taken(c, p);
+    fm_fanout_done(&c->grants, part_index(c, p));
 }
 
-static void send_grant(fm_coordinator_t *c, const fm_participant_t *p)
+static void send_grant(fm_coordinator_t *c, fm_participant_t *p)
 {
     Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
     Fedmoe__Grant g = FEDMOE__GRANT__INIT;
@@ -204,21 +204,23 @@ static void send_grant(fm_coordinator_t *c, const fm_participant_t *p)
     fm_coord_emit(c, fm_registry_at(c->reg, p->slot)->id, &env);
 }
 
-void fm_coord_pump(fm_coordinator_t *c)
+/* Sends what window w lets through to awaited participants (one that left the
+ * round gives its place back). */
+static void pump(fm_coordinator_t *c, fm_fanout_t *w, void (*send)(fm_coordinator_t *, fm_participant_t *))
 {
     int i;
-    while (c->round.state == FM_ROUND_OPEN && c->task_shared && (i = fm_fanout_next(&c->fanout, c->now)) >= 0) {
+    while (c->round.state == FM_ROUND_OPEN && c->task_shared && (i = fm_fanout_next(w, c->now)) >= 0) {
         if (c->round.parts[i].state == FM_PART_AWAITED)
-            send_task(c, &c->round.parts[i]);
+            send(c, &c->round.parts[i]);
         else
-            fm_fanout_done(&c->fanout, i);
+            fm_fanout_done(w, i);
     }
-    while (c->round.state == FM_ROUND_OPEN && c->task_shared && (i = fm_fanout_next(&c->grants, c->now)) >= 0) {
-        if (c->round.parts[i].state == FM_PART_AWAITED)
-            send_grant(c, &c->round.parts[i]);
-        else
-            fm_fanout_done(&c->grants, i);
-    }
+}
+
+void fm_coord_pump(fm_coordinator_t *c)
+{
+    pump(c, &c->fanout, send_task);
+    pump(c, &c->grants, send_grant);
 }
 
 /* ---- hello ------------------------------------------------------------------ */
@@ -522,11 +524,11 @@ static void check_progress(fm_coordinator_t *c, int slot, const Fedmoe__Heartbea
         return;
     if (hb->task_round >= r)
         fm_coord_task_taken(c, p);
-    int q = (int)(p - c->round.parts);
+    int q = part_index(c, p);
     double granted = fm_fanout_sent_at(&c->grants, q);
     if (hb->ready_round == r && (granted < 0 || c->now - granted > GRANT_LOST_S))
         fm_fanout_push(&c->grants, q); /* (again: a grant that has not brought the Update in a while was lost) */
-    if (c->now - p->task_sent_at < TASK_LOST_S || fm_fanout_queued(&c->fanout, (int)(p - c->round.parts)))
+    if (c->now - p->task_sent_at < TASK_LOST_S || fm_fanout_queued(&c->fanout, q))
         return;
     bool no_task = hb->task_round < r, update_lost = hb->sent_round >= r;
     if (!no_task && !update_lost)

@@ -30,26 +30,30 @@ fm_status fm_fanout_reset(fm_fanout_t *f, int n, size_t task_bytes)
     return FM_OK;
 }
 
-static void land(fm_fanout_t *f, int j);
+static void land(fm_fanout_t *f, int j)
+{
+    f->state[f->flight[j]] = IDLE;
+    f->flight[j] = f->flight[--f->inflight];
+}
+
+/* Participant i, if in flight, gives up its place. */
+static void land_participant(fm_fanout_t *f, int i)
+{
+    for (int j = 0; (f->state[i] & STATE) == FLYING && j < f->inflight; j++)
+        if (f->flight[j] == i)
+            land(f, j);
+}
 
 void fm_fanout_push(fm_fanout_t *f, int i)
 {
     if (i < 0 || i >= f->n)
         return;
-    for (int j = 0; (f->state[i] & STATE) == FLYING && j < f->inflight; j++)
-        if (f->flight[j] == i)
-            land(f, j); /* (sent, due again: it queues like the rest) */
+    land_participant(f, i); /* (sent, due again: it queues like the rest) */
     if ((f->state[i] & STATE) != IDLE)
         return;
     if (!(f->state[i] & IN_RING))
         f->queue[(f->head + f->queued++) % f->n] = i;
     f->state[i] = QUEUED | IN_RING;
-}
-
-static void land(fm_fanout_t *f, int j)
-{
-    f->state[f->flight[j]] = IDLE;
-    f->flight[j] = f->flight[--f->inflight];
 }
 
 void fm_fanout_done(fm_fanout_t *f, int i)
@@ -58,9 +62,7 @@ void fm_fanout_done(fm_fanout_t *f, int i)
         return;
     if ((f->state[i] & STATE) == QUEUED)
         f->state[i] = IN_RING; /* (skipped when its turn comes) */
-    for (int j = 0; f->state[i] == FLYING && j < f->inflight; j++)
-        if (f->flight[j] == i)
-            land(f, j);
+    land_participant(f, i);
 }
 
 int fm_fanout_queued(const fm_fanout_t *f, int i) { return i >= 0 && i < f->n && (f->state[i] & STATE) == QUEUED; }

@@ -190,7 +190,11 @@ fm_status fm_data_cache_load(fm_data_cache_t *c, const fm_data_spec_t *spec)
 
 bool fm_data_cache_serves(const fm_data_cache_t *c, const fm_data_spec_t *spec)
 {
-    const fm_data_spec_t *a = &c->spec, *b = spec;
+    return fm_data_spec_same(&c->spec, spec);
+}
+
+bool fm_data_spec_same(const fm_data_spec_t *a, const fm_data_spec_t *b)
+{
     return !strcmp(a->dataset, b->dataset) && a->count == b->count && a->part.kind == b->part.kind &&
            a->part.alpha == b->part.alpha && a->part.classes_per_client == b->part.classes_per_client &&
            a->part.min_samples == b->part.min_samples && a->seed == b->seed && a->test_frac == b->test_frac &&

@@ -131,23 +131,11 @@ fm_status fm_exchange_encode_task_own(const fm_run_spec_t *s, const fm_exchange_
     return *buf ? FM_OK : FM_ERR_NOMEM;
 }
 
-fm_status fm_exchange_encode_task(const fm_run_spec_t *s, const fm_exchange_dims_t *d, const fm_task_t *t,
-                                  uint8_t **buf, size_t *len)
+void fm_exchange_task_frames(const uint8_t *own, size_t len, size_t head, fm_blob_t *shared, fm_frame_t f[3])
 {
-    fm_blob_t *shared = NULL;
-    uint8_t *own = NULL;
-    size_t own_len, head;
-    fm_status st = fm_exchange_encode_task_shared(s, d, t, &shared);
-    if (st == FM_OK)
-        st = fm_exchange_encode_task_own(s, d, t, fm_blob_len(shared), &own, &own_len, &head);
-    if (st == FM_OK) {
-        fm_frame_t f[3] = {{own, head, NULL}, {NULL, 0, shared}, {own + head, own_len - head, NULL}};
-        *buf = fm_frames_join(f, 3, len);
-        st = *buf ? FM_OK : FM_ERR_NOMEM;
-    }
-    free(own);
-    fm_blob_unref(shared);
-    return st;
+    f[0] = (fm_frame_t){own, head, NULL};
+    f[1] = (fm_frame_t){NULL, 0, shared};
+    f[2] = (fm_frame_t){own + head, len - head, NULL};
 }
 
 void fm_exchange_task_free(fm_task_in_t *t)

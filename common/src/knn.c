@@ -65,7 +65,7 @@ static double sumsq(const float *x, size_t dim)
  * most gamma |q| |p_j| (gamma = dim u / (1 - dim u), u = 2^-24, |q.p| summed in
  * any order), the rest in double is nearly exact; doubled for safety. */
 static void one_query(const float *const *entries, const int *live, int nl, size_t dim, const double *pp,
-                      const float *g, int self, int k, int *out, int *found)
+                      const float *g, double *lower, int self, int k, int *out, int *found)
 {
     const float *q = entries[self];
     double qq = sumsq(q, dim), u = ldexp(1.0, -24), gamma = dim * u / (1.0 - dim * u);
@@ -76,19 +76,15 @@ static void one_query(const float *const *entries, const int *live, int nl, size
             continue;
         double a = qq + pp[j] - 2.0 * (double)g[j];
         double e = 2.0 * (2.0 * gamma * sqrt(qq * pp[j]) + 1e-12 * (qq + pp[j]));
+        lower[j] = a - e;
         insert(tops, dummy, &ntops, k, a + e, j);
     }
     double t = ntops == k ? tops[k - 1] : INFINITY;
     double best[k];
     *found = 0;
-    for (int j = 0; j < nl; j++) { /* (in increasing pool index: ties as fm_knn) */
-        if (live[j] == self)
-            continue;
-        double a = qq + pp[j] - 2.0 * (double)g[j];
-        double e = 2.0 * (2.0 * gamma * sqrt(qq * pp[j]) + 1e-12 * (qq + pp[j]));
-        if (a - e <= t)
+    for (int j = 0; j < nl; j++) /* (in increasing pool index: ties as fm_knn) */
+        if (live[j] != self && lower[j] <= t)
             insert(best, out, found, k, exact_d2(entries[live[j]], q, dim), live[j]);
-    }
 }
 
 fm_status fm_knn_batch(const float *const *entries, int n, size_t dim, const int *selves, int m, int k, int *out,
@@ -104,9 +100,9 @@ fm_status fm_knn_batch(const float *const *entries, int n, size_t dim, const int
     float *pool = malloc(sizeof(float) * dim * (size_t)(nl ? nl : 1));
     float *qs = malloc(sizeof(float) * dim * QUERY_BLOCK);
     float *g = malloc(sizeof(float) * QUERY_BLOCK * (size_t)(nl ? nl : 1));
-    double *pp = malloc(sizeof(double) * (size_t)(nl ? nl : 1));
+    double *pp = malloc(sizeof(double) * (size_t)(nl ? nl : 1)), *lower = malloc(sizeof(double) * (size_t)(nl ? nl : 1));
     int *which = malloc(sizeof(int) * QUERY_BLOCK);
-    fm_status st = live && pool && qs && g && pp && which ? FM_OK : FM_ERR_NOMEM;
+    fm_status st = live && pool && qs && g && pp && lower && which ? FM_OK : FM_ERR_NOMEM;
     for (int j = 0; st == FM_OK && j < nl; j++) {
         memcpy(pool + (size_t)j * dim, entries[live[j]], sizeof(float) * dim);
         pp[j] = sumsq(entries[live[j]], dim);
@@ -120,7 +116,7 @@ fm_status fm_knn_batch(const float *const *entries, int n, size_t dim, const int
             }
         fm_gemm(false, true, b, nl, (int)dim, 1.0f, qs, (int)dim, pool, (int)dim, 0.0f, g, nl);
         for (int r = 0; r < b; r++)
-            one_query(entries, live, nl, dim, pp, g + (size_t)r * nl, selves[which[r]], k,
+            one_query(entries, live, nl, dim, pp, g + (size_t)r * nl, lower, selves[which[r]], k,
                       out + (size_t)which[r] * k, &found[which[r]]);
     }
     free(live);
@@ -128,6 +124,7 @@ fm_status fm_knn_batch(const float *const *entries, int n, size_t dim, const int
     free(qs);
     free(g);
     free(pp);
+    free(lower);
     free(which);
     return st;
 }

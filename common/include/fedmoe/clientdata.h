@@ -24,6 +24,9 @@ typedef struct {
 
 /* Fashion-MNIST, the partition defaults, seed 1, a 25% test and 20% validation split. */
 void fm_data_spec_default(fm_data_spec_t *s);
+/* Whether a and b give the same data (dataset, partitioning, splits), whatever
+ * the client index. */
+bool fm_data_spec_same(const fm_data_spec_t *a, const fm_data_spec_t *b);
 
 typedef struct {
     fm_dataset_t train, val, test;

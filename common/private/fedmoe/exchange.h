@@ -75,10 +75,9 @@ fm_status fm_exchange_encode_task_shared(const fm_run_spec_t *s, const fm_exchan
  * bytes) then the own part, *len bytes in all. */
 fm_status fm_exchange_encode_task_own(const fm_run_spec_t *s, const fm_exchange_dims_t *d, const fm_task_t *t,
                                       size_t shared_len, uint8_t **buf, size_t *len, size_t *head);
-/* The whole Task envelope in one buffer (the three parts joined); *buf is
- * malloc'd, the caller frees it. */
-fm_status fm_exchange_encode_task(const fm_run_spec_t *s, const fm_exchange_dims_t *d, const fm_task_t *t,
-                                  uint8_t **buf, size_t *len);
+/* The Task's three frames, in order, from an own part (len bytes, its first
+ * head the head) and the shared part. */
+void fm_exchange_task_frames(const uint8_t *own, size_t len, size_t head, fm_blob_t *shared, fm_frame_t f[3]);
 
 /* A Task as the client reads it; the buffers are malloc'd here (free with
  * fm_exchange_task_free). */
