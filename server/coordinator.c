@@ -80,7 +80,8 @@ static int part_index(const fm_coordinator_t *c, const fm_participant_t *p) { re
 
 /* The K nearest pool prompts of every participant (pool strategies), in one
  * batched search at the round's opening (the pool changes only at commits):
- * into c->nearest (K a participant, pool positions in id order) and
+ * into c->nearest (K a participant, as registry slots: a client joining while
+ * Tasks wait in the fan-out window moves the id order, never a slot) and
  * c->nearest_found. */
 static fm_status nearest_prompts(fm_coordinator_t *c)
 {
@@ -105,6 +106,9 @@ static fm_status nearest_prompts(fm_coordinator_t *c)
         selves[q] = pos[c->round.parts[q].slot];
     if (st == FM_OK)
         st = fm_knn_batch(entries, n, c->dims.nprompt, selves, m, k, c->nearest, c->nearest_found);
+    for (int q = 0; st == FM_OK && q < m; q++)
+        for (int j = 0; j < c->nearest_found[q]; j++)
+            c->nearest[(size_t)q * k + j] = order[c->nearest[(size_t)q * k + j]];
     free(entries);
     free(pos);
     free(selves);
@@ -129,11 +133,10 @@ static void send_task(fm_coordinator_t *c, fm_participant_t *p)
     const float *nl[64];
     fm_task_t t = round_task(c);
     int q = part_index(c, p), k = c->spec.model.max_nonlocal;
-    const int *order = fm_registry_sorted(c->reg);
     t.nonlocal = nl;
     t.k = c->nearest ? (c->nearest_found[q] < 64 ? c->nearest_found[q] : 64) : 0;
     for (int j = 0; j < t.k && j < 64; j++)
-        nl[j] = fm_registry_at(c->reg, order[c->nearest[(size_t)q * k + j]])->prompt;
+        nl[j] = fm_registry_at(c->reg, c->nearest[(size_t)q * k + j])->prompt;
     memcpy(t.nonce, p->nonce, FM_NONCE_BYTES);
     uint8_t *own;
     size_t len, head;

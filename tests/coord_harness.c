@@ -135,7 +135,8 @@ void heartbeat_progress(fm_coordinator_t *c, const char *id, uint32_t task_round
 /* The Update a client sends back for its newest Task: the task's model plus
  * delta in every value; SHORT sends a model one value short, NOT_FINITE one
  * with a NaN in it. */
-void update(fm_coordinator_t *c, const char *id, float delta, uint64_t samples, fault_t fault, double now)
+static void update_with(fm_coordinator_t *c, const char *id, float delta, uint64_t samples, fault_t fault,
+                        const float *prompt_fill, double now)
 {
     Fedmoe__Envelope *task = NULL;
     assert_true(count_sent(id, FEDMOE__ENVELOPE__BODY_TASK, &task) > 0);
@@ -149,6 +150,8 @@ void update(fm_coordinator_t *c, const char *id, float delta, uint64_t samples, 
         d.nmodel--;
     if (fault == NOT_FINITE)
         in.model[d.nmodel / 2] = NAN;
+    for (size_t i = 0; prompt_fill && i < d.nprompt; i++)
+        in.prompt[i] = *prompt_fill;
     fm_update_t u = {.round = in.round, .train_samples = samples, .model = in.model, .prompt = in.prompt};
     memcpy(u.nonce, in.nonce, sizeof u.nonce);
     if (fault == REPLAYED) /* another round's capture, relabelled with this round's number */
@@ -162,6 +165,16 @@ void update(fm_coordinator_t *c, const char *id, float delta, uint64_t samples, 
     fm_coordinator_handle(c, id, buf, len, now);
     free(buf);
     fm_exchange_task_free(&in);
+}
+
+void update(fm_coordinator_t *c, const char *id, float delta, uint64_t samples, fault_t fault, double now)
+{
+    update_with(c, id, delta, samples, fault, NULL, now);
+}
+
+void update_prompt(fm_coordinator_t *c, const char *id, float fill, double now)
+{
+    update_with(c, id, 0.0f, 100, HONEST, &fill, now);
 }
 
 fm_coordinator_t *start(const fm_server_config_t *cfg)

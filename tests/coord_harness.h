@@ -43,6 +43,8 @@ typedef enum { HONEST, SHORT, NOT_FINITE, REPLAYED, PERFECT_SCORE } fault_t;
  * procs_fake_counts(samples); the fault changes one thing (one value short, a
  * NaN, another task's nonce, a 100% accuracy its counts do not give). */
 void update(fm_coordinator_t *c, const char *id, float delta, uint64_t samples, fault_t fault, double now);
+/* An honest Update of 100 samples whose prompt is `fill` in every value. */
+void update_prompt(fm_coordinator_t *c, const char *id, float fill, double now);
 void updates(fm_coordinator_t *c, const char *const *ids, int n, float delta, uint64_t samples, double now);
 
 /* The round log. */

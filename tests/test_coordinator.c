@@ -275,6 +275,56 @@ static void test_tasks_through_window(void **state)
     finish(&c);
 }
 
+/* A client that joins while Tasks wait in the window (10,000 virtual clients
+ * starting did this) moves the id order of the pool: the Tasks sent after it
+ * still carry each participant's K nearest prompts as chosen at the opening
+ * (a coordinator that kept pool positions sent another client's prompt, or
+ * none: a crash). Every prompt of the pool differs here, so the test sees
+ * which one was sent. */
+static void test_pool_holds_while_clients_join(void **state)
+{
+    (void)state;
+    enum { N = FM_FANOUT_MAX + 8 };
+    char names[N][16];
+    const char *ids[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof names[i], "c%03d", i);
+        ids[i] = names[i];
+    }
+    fm_server_config_t cfg;
+    small_config(&cfg, N + 1, N); /* (a partition left for the late client) */
+    fm_coordinator_t *c = start(&cfg);
+    for (int i = 0; i < N; i++)
+        hello(c, ids[i], 100, 0.0);
+    assert_int_equal(fm_coordinator_tick(c, 0.0), FM_OK);
+    for (int i = 0; i < N; i++) /* round 1: all taken, all in, distinct prompts */
+        heartbeat_progress(c, ids[i], 1, 0, 0.1);
+    for (int i = 0; i < N; i++)
+        update_prompt(c, ids[i], (float)i, 0.2);
+    expect_rounds(c, &cfg, 0.3, 1);
+    assert_int_equal(fm_coordinator_round(c), 2);
+    int early = count_sent(NULL, FEDMOE__ENVELOPE__BODY_TASK, NULL);
+    hello(c, "a-late", 100, 0.4); /* sorts first, no pool entry */
+    assert_int_equal(count_sent("a-late", FEDMOE__ENVELOPE__BODY_WELCOME, NULL), 1);
+    for (int i = 0; i < N; i++)
+        heartbeat_progress(c, ids[i], 2, 1, 0.5);
+    assert_int_equal(count_sent(NULL, FEDMOE__ENVELOPE__BODY_TASK, NULL), early + N - FM_FANOUT_MAX);
+    for (int i = 0; i < N; i++) {
+        /* client i's prompt is i in every value: its nearest are its
+         * neighbours in number, never itself */
+        Fedmoe__Envelope *task = NULL;
+        assert_int_equal(count_sent(ids[i], FEDMOE__ENVELOPE__BODY_TASK, &task), 2);
+        assert_int_equal(task->task->n_nonlocal_prompts, (size_t)cfg.spec.model.max_nonlocal);
+        for (size_t j = 0; j < task->task->n_nonlocal_prompts; j++) {
+            float v;
+            memcpy(&v, task->task->nonlocal_prompts[j]->data.data, 4);
+            int from = (int)lroundf(v);
+            assert_true(from >= 0 && from < N && from != i && abs(from - i) <= cfg.spec.model.max_nonlocal);
+        }
+    }
+    finish(&c);
+}
+
 int main(void)
 {
     fm_log_set_level(FM_LOG_ERROR);
@@ -288,6 +338,7 @@ int main(void)
         cmocka_unit_test(test_run_goes_on_without_silent_worker),
         cmocka_unit_test(test_resume_from_checkpoint),
         cmocka_unit_test(test_tasks_through_window),
+        cmocka_unit_test(test_pool_holds_while_clients_join),
     };
     return procs_run_tests("coordinator", tests, sizeof tests / sizeof tests[0], coord_dir, sizeof coord_dir);
 }

@@ -64,7 +64,7 @@ static void test_client_flags(void **state)
     fm_options_t o;
     fm_run_spec_t spec;
     const char *args[] = {"--standalone", "--partition", "2/5", "--iid", "--blocks", "3", "--no-gating", "--schedule",
-                          "constant", "--id", "abc", "--epochs", "4", "--min-samples", "7", "--gating-on-validation",
+                          "constant", "--id", "abc", "--epochs", "4", "--min-examples", "7", "--gating-on-validation",
                           "--connect-timeout", "2.5", "--threads", "2", NULL};
     assert_int_equal(parse(&o, &spec, FM_PROG_CLIENT, args), FM_OK);
     assert_true(o.standalone);

@@ -89,6 +89,39 @@ static void test_dirichlet_minimum_unreachable(void **state)
     assert_null(p.index);
 }
 
+/* Client-wise: every client n/clients (sizes differ by at most one), for
+ * thousands of clients; skewed by alpha; deterministic from the seed. */
+static void test_client_dirichlet(void **state)
+{
+    (void)state;
+    fm_partition_config_t cfg;
+    fm_partition_config_default(&cfg);
+    cfg.kind = FM_PARTITION_CLIENT_DIRICHLET;
+    cfg.alpha = 0.1;
+    cfg.min_samples = 1000; /* the class-wise minimum: not this scheme's */
+    fm_partition_t a, b, many;
+    assert_int_equal(fm_partition_make(&a, labels, N, C, 20, 1, &cfg), FM_OK);
+    assert_int_equal(fm_partition_make(&b, labels, N, C, 20, 1, &cfg), FM_OK);
+    check_disjoint_cover(&a, true);
+    assert_memory_equal(a.index, b.index, sizeof(uint32_t) * N);
+    for (int j = 0; j < 20; j++)
+        assert_int_equal(a.offset[j + 1] - a.offset[j], N / 20);
+    assert_true(mean_major_classes(&a) < 4.0);
+    assert_int_equal(fm_partition_make(&many, labels, N, C, 9999, 1, &cfg), FM_OK);
+    check_disjoint_cover(&many, true);
+    for (int j = 0; j < 9999; j++) {
+        size_t n = many.offset[j + 1] - many.offset[j];
+        assert_true(n == N / 9999 || n == N / 9999 + 1);
+    }
+    fm_partition_free(&b);
+    cfg.alpha = 100.0;
+    assert_int_equal(fm_partition_make(&b, labels, N, C, 20, 1, &cfg), FM_OK);
+    assert_true(mean_major_classes(&b) > 9.0);
+    fm_partition_free(&a);
+    fm_partition_free(&b);
+    fm_partition_free(&many);
+}
+
 static void test_pathological(void **state)
 {
     (void)state;
@@ -126,6 +159,10 @@ static void test_iid_and_bad_arguments(void **state)
     cfg.kind = FM_PARTITION_DIRICHLET;
     cfg.alpha = 0.0;
     assert_int_equal(fm_partition_make(&p, labels, N, C, 5, 3, &cfg), FM_ERR_ARG);
+    cfg.kind = FM_PARTITION_CLIENT_DIRICHLET;
+    assert_int_equal(fm_partition_make(&p, labels, N, C, 5, 3, &cfg), FM_ERR_ARG);
+    cfg.alpha = 0.1;
+    assert_int_equal(fm_partition_make(&p, labels, N, C, N + 1, 3, &cfg), FM_ERR_ARG);
     cfg.kind = FM_PARTITION_PATHOLOGICAL;
     cfg.classes_per_client = 11;
     assert_int_equal(fm_partition_make(&p, labels, N, C, 5, 3, &cfg), FM_ERR_ARG);
@@ -199,6 +236,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dirichlet),
         cmocka_unit_test(test_dirichlet_minimum_unreachable),
+        cmocka_unit_test(test_client_dirichlet),
         cmocka_unit_test(test_pathological),
         cmocka_unit_test(test_iid_and_bad_arguments),
         cmocka_unit_test(test_split_is_stratified),

@@ -77,6 +77,12 @@ static void show_dirichlet(const fm_options_t *o, char *buf, size_t cap)
     snprintf(buf, cap, "%g", o->spec->part.alpha);
 }
 
+static fm_status set_client_dirichlet(fm_options_t *o, const char *flag, const char *v)
+{
+    o->spec->part.kind = FM_PARTITION_CLIENT_DIRICHLET;
+    return fm_arg_double(flag, v, 1e-4, 1e4, &o->spec->part.alpha);
+}
+
 static fm_status set_pathological(fm_options_t *o, const char *flag, const char *v)
 {
     o->spec->part.kind = FM_PARTITION_PATHOLOGICAL;
@@ -188,15 +194,15 @@ static const fm_option_t table[] = {
      "federated default: the coordinator assigns one)"},
     {"dirichlet", 0, FM_OPT_CUSTOM, "ALPHA", 0, 0, S | C | M, 0, 0, 0, set_dirichlet, show_dirichlet, NULL,
      FM_OPT_G_DATA, "Dirichlet label skew"},
-    {"min-examples", 0, FM_OPT_U64, "N", 1, 1e6, S | C | M, SPEC, R(part.min_samples), NULL, NULL, NULL,
-     FM_OPT_G_DATA, "Dirichlet: every client gets at least N examples (lower it\n"
-     "for many clients: 10,000 share Fashion-MNIST's 70,000)"},
+    {"min-examples", 0, FM_OPT_SIZE, "N", 1, 1e6, S | C | M, SPEC, R(part.min_samples), NULL, NULL, NULL,
+     FM_OPT_G_DATA, "--dirichlet: every client gets at least N examples"},
+    {"client-dirichlet", 0, FM_OPT_CUSTOM, "ALPHA", 0, 0, S | C | M, 0, 0, 0, set_client_dirichlet, NULL, "",
+     FM_OPT_G_DATA, "client-wise Dirichlet label skew instead: every client\n"
+     "N/clients examples, its class mix drawn (for thousands)"},
     {"pathological", 0, FM_OPT_CUSTOM, "S", 0, 0, S | C | M, 0, 0, 0, set_pathological, NULL, "", FM_OPT_G_DATA,
      "S classes per client instead"},
     {"iid", 0, FM_OPT_CUSTOM, NULL, 0, 0, S | C | M, 0, 0, 0, set_iid, NULL, "", FM_OPT_G_DATA,
      "uniform random partition instead"},
-    {"min-samples", 0, FM_OPT_SIZE, "N", 0, 1 << 30, C, SPEC, R(part.min_samples), NULL, NULL, NULL, FM_OPT_G_DATA,
-     "Dirichlet: at least N examples per client"},
     {"holdout", 0, FM_OPT_SWITCH, NULL, 0, 0, S | M, SPEC, R(holdout), NULL, NULL, NULL, FM_OPT_G_DATA,
      "tuning run: clients evaluate on a held-out quarter of their train\n"
      "and validation data, never on their test split"},

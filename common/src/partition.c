@@ -1,6 +1,7 @@
 #include "fedmoe/partition.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,7 +20,7 @@ void fm_partition_config_default(fm_partition_config_t *c)
 }
 
 FM_ARG_ENUM_NAMES(fm_partition_kind, fm_partition_kind_name, fm_partition_kind_parse, "dirichlet", "pathological",
-                  "iid")
+                  "iid", "client-dirichlet")
 
 /* A growable list of indices per client. */
 typedef struct {
@@ -161,6 +162,65 @@ static fm_status split_dirichlet(split_t *w, const fm_partition_config_t *cfg)
     }
 }
 
+/* Client-wise Dirichlet (Hsu et al. 2019): every client the same number of
+ * examples (n/clients, one more for the first n mod clients), its class mix q_j
+ * drawn from Dirichlet(alpha). Examples are dealt one at a time to the clients in
+ * a random order, each from its q_j restricted to the classes not yet used up (by
+ * what is left of each class when its q_j there is all used up or underflowed).
+ * Any number of clients up to n gets a share: for thousands of clients, where the
+ * class-wise draw cannot give every client a minimum. */
+static fm_status split_client_dirichlet(split_t *w, double alpha)
+{
+    int classes = w->classes, clients = w->clients;
+    double *q = malloc(sizeof(double) * (size_t)clients * (size_t)classes);
+    size_t *left = malloc(sizeof(size_t) * (size_t)classes);
+    if (!q || !left) {
+        free(q);
+        free(left);
+        return FM_ERR_NOMEM;
+    }
+    for (int c = 0; c < classes; c++) {
+        fm_rng_shuffle(&w->r, w->by + w->start[c], w->count[c]);
+        left[c] = w->count[c];
+    }
+    size_t total = 0;
+    for (int c = 0; c < classes; c++)
+        total += w->count[c];
+    for (int j = 0; j < clients; j++) {
+        double *qj = q + (size_t)j * classes;
+        for (int c = 0; c < classes; c++)
+            qj[c] = fm_rng_gamma(&w->r, alpha);
+        for (size_t t = total * j / clients; t < total * (j + 1) / clients; t++)
+            w->tmp[t] = (uint32_t)j;
+    }
+    fm_rng_shuffle(&w->r, w->tmp, total);
+    fm_status st = FM_OK;
+    for (size_t t = 0; t < total && st == FM_OK; t++) {
+        const double *qj = q + (size_t)w->tmp[t] * classes;
+        double mass = 0.0;
+        for (int c = 0; c < classes; c++)
+            mass += left[c] ? qj[c] : 0.0;
+        bool by_left = !(mass > 0.0);
+        double u = fm_rng_uniform_double(&w->r) * (by_left ? (double)(total - t) : mass);
+        int c = 0, last = 0;
+        for (; c < classes; c++) {
+            if (!left[c])
+                continue;
+            last = c;
+            u -= by_left ? (double)left[c] : qj[c];
+            if (u < 0.0)
+                break;
+        }
+        c = c < classes ? c : last; /* (rounding at the end of the sum) */
+        uint32_t example = w->by[w->start[c] + --left[c]];
+        if (push(&w->lists[w->tmp[t]], &example, 1))
+            st = FM_ERR_NOMEM;
+    }
+    free(q);
+    free(left);
+    return st;
+}
+
 /* Client j holds classes (j*s + t) mod C for t < s; each class is split evenly
  * among its holders. */
 static fm_status split_pathological(split_t *w, int s)
@@ -225,7 +285,8 @@ static fm_status check_args(size_t n, int classes, int clients, const fm_partiti
         fm_error_set("partition: %d clients for %zu examples", clients, n);
     else if (classes < 1 || classes > 256)
         fm_error_set("partition: %d classes", classes);
-    else if (cfg->kind == FM_PARTITION_DIRICHLET && !(cfg->alpha > 0.0 && cfg->alpha < 1e6))
+    else if ((cfg->kind == FM_PARTITION_DIRICHLET || cfg->kind == FM_PARTITION_CLIENT_DIRICHLET) &&
+             !(cfg->alpha > 0.0 && cfg->alpha < 1e6))
         fm_error_set("partition: Dirichlet alpha must be positive, got %g", cfg->alpha);
     else if (cfg->kind == FM_PARTITION_PATHOLOGICAL &&
              (cfg->classes_per_client < 1 || cfg->classes_per_client > classes))
@@ -255,7 +316,8 @@ fm_status fm_partition_make(fm_partition_t *p, const uint8_t *labels, size_t n, 
         fm_rng_init(&w.r, seed, fm_rng_stream(FM_STREAM_PARTITION, 0));
         st = cfg->kind == FM_PARTITION_DIRICHLET      ? split_dirichlet(&w, cfg)
              : cfg->kind == FM_PARTITION_PATHOLOGICAL ? split_pathological(&w, cfg->classes_per_client)
-                                                       : split_iid(&w);
+             : cfg->kind == FM_PARTITION_CLIENT_DIRICHLET ? split_client_dirichlet(&w, cfg->alpha)
+                                                           : split_iid(&w);
         if (st == FM_OK)
             st = flatten(p, &w);
     }

@@ -128,7 +128,7 @@ static void partition_desc(const char *json, char *buf, size_t cap)
         snprintf(buf, cap, "IID");
     } else {
         json_field(json, "alpha", v, sizeof v, "?");
-        snprintf(buf, cap, "Dirichlet %s", v);
+        snprintf(buf, cap, "%s %s", strcmp(scheme, "client-dirichlet") ? "Dirichlet" : "client Dirichlet", v);
     }
 }
 

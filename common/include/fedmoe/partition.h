@@ -2,7 +2,9 @@
  *
  * Every party computes the same partition from (labels, seed, clients, config)
  * alone. Schemes: Dirichlet(alpha) label skew with a minimum per client (PFLlib's
- * algorithm), pathological (s classes per client), IID. A client's part is split
+ * algorithm: each class spread over the clients), client-wise Dirichlet (each
+ * client n/clients examples, its class mix drawn; Hsu et al. 2019; for thousands
+ * of clients), pathological (s classes per client), IID. A client's part is split
  * stratified by class into 75% train / 25% test, and 20% of train becomes
  * validation. */
 #ifndef FEDMOE_PARTITION_H
@@ -17,18 +19,19 @@ typedef enum {
     FM_PARTITION_DIRICHLET = 0,
     FM_PARTITION_PATHOLOGICAL,
     FM_PARTITION_IID,
+    FM_PARTITION_CLIENT_DIRICHLET,
 } fm_partition_kind;
 
 typedef struct {
     fm_partition_kind kind;
-    double alpha;           /* Dirichlet concentration (0.3) */
+    double alpha;           /* Dirichlet concentration, both Dirichlet schemes (0.3) */
     int classes_per_client; /* pathological s (2) */
-    size_t min_samples;     /* Dirichlet: every client gets at least this many (40) */
+    size_t min_samples;     /* class-wise Dirichlet: every client gets at least this many (40) */
 } fm_partition_config_t;
 
 /* Dirichlet(0.3), 2 classes per client for pathological, 40 examples at least. */
 void fm_partition_config_default(fm_partition_config_t *c);
-/* "dirichlet", "pathological" or "iid" (the wire and round-log names); a static string. */
+/* "dirichlet", "pathological", "iid" or "client-dirichlet" (the wire and round-log names); a static string. */
 const char *fm_partition_kind_name(fm_partition_kind k);
 /* The inverse of fm_partition_kind_name; FM_ERR_ARG with a reason otherwise. */
 fm_status fm_partition_kind_parse(const char *flag, const char *name, fm_partition_kind *out);
