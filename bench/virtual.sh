@@ -24,10 +24,7 @@ hosts=$(( (2 * n + 64 + fds - 129) / (fds - 128) ))
 per=$(( (n + hosts - 1) / hosts )) workers=$(( cores / hosts > 0 ? cores / hosts : 1 ))
 mkdir -m 700 "$work/keys" "$work/server" "$work/state"
 "$bin/server/fedmoe-keygen" --out "$work/server" coordinator >/dev/null
-for h in $(seq 0 $((hosts - 1))); do
-  count=$(( n - h * per < per ? n - h * per : per ))
-  "$bin/server/fedmoe-keygen" --out "$work/keys" $(seq -f "vh$h-%05g" 0 $((count - 1))) >/dev/null
-done
+"$bin/server/fedmoe-keygen" --out "$work/keys" $(seq -f "vh-%05g" 0 $((n - 1))) >/dev/null
 port=$((20000 + RANDOM % 10000))
 quorum=$(python3 -c "import math; print(max(2, math.ceil($fraction * $n) // 2))")
 # shellcheck disable=SC2086
@@ -42,7 +39,7 @@ for h in $(seq 0 $((hosts - 1))); do
   count=$(( n - h * per < per ? n - h * per : per ))
   # shellcheck disable=SC2086
   /usr/bin/time -f "%M" -o "$work/host$h.mem" "$bin/client/fedmoe-client" --connect "tcp://127.0.0.1:$port" \
-    --id "vh$h" --virtual "$count" --workers "$workers" --keys "$work/keys" \
+    --id vh --virtual "$count" --workers "$workers" --keys "$work/keys" \
     --server-key "$work/server/coordinator.pub" --partition "$((h * per))/$n" --state-dir "$work/state" $part \
     > "$work/host$h.log" 2>&1 &
   pids+=($!)

@@ -5,11 +5,13 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -84,6 +86,9 @@ typedef struct {
     pid_t spid, *cpids;
     fm_report_t rep; /* the job's run, as the round log shows it */
     char keys[PATH_MAX + 16]; /* WORKDIR/keys, "" when insecure */
+    bool hosted;              /* the clients in virtual hosts (fedmoe-client --virtual) */
+    int nprocs;               /* client processes: one per client, or the hosts */
+    int per_host, workers;    /* hosted: clients a host (the last may have fewer), trainings at once */
     int server_status;
     bool client_failed;
 } sim_t;
@@ -118,6 +123,49 @@ static int setup(sim_t *s)
     return 0;
 }
 
+/* Processes for a few clients, virtual hosts for many (--hosting): as many
+ * hosts as the descriptor limit asks (a host holds two a client), the cores
+ * shared among them. Returns 0, or the exit status. */
+static int choose_hosting(sim_t *s)
+{
+    int n = s->o.clients;
+    s->hosted = s->o.hosting == FM_HOSTING_VIRTUAL || (s->o.hosting == FM_HOSTING_AUTO && n > FM_SIM_PROCESSES_MAX);
+    s->nprocs = n;
+    struct rlimit rl;
+    double limit = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_max != RLIM_INFINITY ? (double)rl.rlim_max : 1e9;
+    if ((double)n + 64 > limit) {
+        fprintf(stderr, "fedmoe-sim: %d clients need %d file descriptors in the coordinator; the hard limit is "
+                "%.0f (ulimit -Hn)\n", n, n + 64, limit);
+        return 1;
+    }
+    if (!s->hosted)
+        return 0;
+    int hosts = (int)ceil((2.0 * n + 64) / (limit - 128));
+    s->per_host = (n + hosts - 1) / hosts;
+    s->nprocs = (n + s->per_host - 1) / s->per_host;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    s->workers = cores / s->nprocs > 0 ? (int)(cores / s->nprocs) : 1;
+    return 0;
+}
+
+/* Client i's id: client-NNN as a process, client-NNNNN in a virtual host (the
+ * host numbers its clients by partition). */
+static void client_id(const sim_t *s, int i, char *out, size_t cap)
+{
+    snprintf(out, cap, s->hosted ? "client-%05d" : "client-%03d", i);
+}
+
+/* Client process i's log: a client's, or a host's. */
+static void proc_log(const sim_t *s, int i, char *out, size_t cap)
+{
+    char id[32];
+    client_id(s, i, id, sizeof id);
+    if (s->hosted)
+        snprintf(out, cap, "%s/host-%d.log", s->wd, i);
+    else
+        snprintf(out, cap, "%s/%s.log", s->wd, id);
+}
+
 /* dir/ID.key as it is, or a new pair written there. */
 static fm_status ensure_key(const char *dir, const char *id)
 {
@@ -148,7 +196,7 @@ static int make_keys(sim_t *s)
     fm_status st = ensure_key(s->keys, "coordinator");
     for (int i = 0; i < s->o.clients && st == FM_OK; i++) {
         char id[32];
-        snprintf(id, sizeof id, "client-%03d", i);
+        client_id(s, i, id, sizeof id);
         st = ensure_key(clients, id);
     }
     if (st != FM_OK) {
@@ -164,13 +212,23 @@ static int start(sim_t *s)
 {
     char nclients[16], nrounds[16], log[PATH_MAX + 32];
     snprintf(nclients, sizeof nclients, "%d", s->o.clients);
+    /* a round needs the fraction it selects (all clients by default); a round
+     * may open before every client has connected */
+    int quorum = fm_options_given(&s->o, "min-clients") ? s->o.min_clients
+                                                         : (int)ceil(s->o.fraction * s->o.clients - 1e-9);
+    if (quorum > s->o.clients) {
+        fprintf(stderr, "fedmoe-sim: --min-clients %d is more than the %d clients\n", quorum, s->o.clients);
+        return 2;
+    }
+    char nquorum[16];
+    snprintf(nquorum, sizeof nquorum, "%d", quorum > 0 ? quorum : 1);
     snprintf(nrounds, sizeof nrounds, "%d", s->o.rounds);
     char skey[PATH_MAX + 32], allow[PATH_MAX + 32], spub[PATH_MAX + 32];
     snprintf(skey, sizeof skey, "%s/coordinator.key", s->keys);
     snprintf(spub, sizeof spub, "%s/coordinator.pub", s->keys);
     snprintf(allow, sizeof allow, "%s/clients", s->keys);
     char *sargv[128] = {s->server, "--bind", s->endpoint, "--db", s->o.db, "--rounds", nrounds, "--min-clients",
-                        nclients, "--partitions", nclients, "--new-run", "--key", skey, "--allow", allow};
+                        nquorum, "--partitions", nclients, "--new-run", "--key", skey, "--allow", allow};
     int sn = s->o.insecure ? 12 : 16, k = fm_options_forward(&s->o, FM_PROG_SERVER, sargv + sn, 128 - sn - 1);
     if (k < 0) {
         fprintf(stderr, "fedmoe-sim: too many options to pass on\n");
@@ -183,21 +241,46 @@ static int start(sim_t *s)
         fprintf(stderr, "fedmoe-sim: %s\n", fm_error_last());
         return 1;
     }
-    s->cpids = calloc(s->o.clients, sizeof(pid_t));
-    for (int i = 0; i < s->o.clients && s->cpids; i++) {
-        char id[32], ilog[PATH_MAX + 64], spec[16], ckey[2 * PATH_MAX];
-        snprintf(id, sizeof id, "client-%03d", i);
-        snprintf(ilog, sizeof ilog, "%s/%s.log", s->wd, id);
+    s->cpids = calloc(s->nprocs, sizeof(pid_t));
+    for (int i = 0; i < s->nprocs && s->cpids; i++) {
+        char id[32], ilog[PATH_MAX + 64], spec[16], ckey[2 * PATH_MAX], count[16], part[32], workers[16];
+        client_id(s, i, id, sizeof id);
+        proc_log(s, i, ilog, sizeof ilog);
         snprintf(spec, sizeof spec, "%d", s->spec.model.specialists);
         snprintf(ckey, sizeof ckey, "%s/%s.key", allow, id);
+        int first = i * s->per_host, left = s->o.clients - first;
+        snprintf(count, sizeof count, "%d", left < s->per_host ? left : s->per_host);
+        snprintf(part, sizeof part, "%d/%d", first, s->o.clients);
+        snprintf(workers, sizeof workers, "%d", s->workers);
         /* the run's data, chosen on this machine, so the clients may read its files */
-        char *cargv[] = {s->client, "--connect", s->endpoint, "--id", id, "--state-dir", s->wd, "--specialists", spec,
-                         "--dataset", s->spec.dataset, s->o.insecure ? "--insecure" : "--key",
-                         s->o.insecure ? NULL : ckey, "--server-key", spub, NULL};
+        char *cargv[24] = {s->client, "--connect", s->endpoint, "--state-dir", s->wd, "--specialists", spec,
+                           "--dataset", s->spec.dataset, "--server-key", spub};
+        int a = 11;
+        if (s->hosted) {
+            char *more[] = {"--id", "client", "--virtual", count, "--partition", part, "--workers", workers, "--keys",
+                            allow};
+            memcpy(cargv + a, more, sizeof more);
+            a += 10;
+        } else {
+            char *more[] = {"--id", id, "--key", ckey};
+            memcpy(cargv + a, more, sizeof more);
+            a += 4;
+        }
+        if (s->o.insecure) /* (in place of the keys) */
+            cargv[a - 2] = "--insecure", cargv[a - 1] = NULL;
         s->cpids[i] = fm_spawn_logged(cargv, ilog, false);
     }
-    printf("fedmoe-sim: coordinator on %s, %d clients, %d rounds; logs in %s\n", s->endpoint, s->o.clients,
-           s->o.rounds, s->wd);
+    if (s->hosted)
+        printf("fedmoe-sim: coordinator on %s, %d clients in %d virtual host%s of up to %d, %d training at once "
+               "in each (%s), %d rounds; logs in %s\n",
+               s->endpoint, s->o.clients, s->nprocs, s->nprocs > 1 ? "s" : "", s->per_host, s->workers,
+               s->o.hosting == FM_HOSTING_AUTO ? "more than " FM_XSTR(FM_SIM_PROCESSES_MAX) " clients; --hosting processes "
+                                                 "for a process each"
+                                               : "--hosting virtual",
+               s->o.rounds, s->wd);
+    else
+        printf("fedmoe-sim: coordinator on %s, %d client processes, %d rounds; logs in %s\n", s->endpoint,
+               s->o.clients, s->o.rounds, s->wd);
     fflush(stdout);
     return 0;
 }
@@ -205,15 +288,17 @@ static int start(sim_t *s)
 /* A client that fails (no data, rejected, crashed) stops the job with its reason. */
 static void check_clients(sim_t *s, bool server_done)
 {
-    for (int i = 0; i < s->o.clients && !s->client_failed; i++) {
+    for (int i = 0; i < s->nprocs && !s->client_failed; i++) {
         int status;
         if (s->cpids[i] > 0 && waitpid(s->cpids[i], &status, WNOHANG) == s->cpids[i]) {
             int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
             s->cpids[i] = 0;
             if (code != 0 && !server_done) {
-                char clog[PATH_MAX + 64];
-                snprintf(clog, sizeof clog, "%s/client-%03d.log", s->wd, i);
-                fprintf(stderr, "fedmoe-sim: client-%03d exited with status %d; the end of %s:\n", i, code, clog);
+                char clog[PATH_MAX + 64], id[32];
+                proc_log(s, i, clog, sizeof clog);
+                client_id(s, i, id, sizeof id);
+                fprintf(stderr, "fedmoe-sim: %s%s exited with status %d; the end of %s:\n",
+                        s->hosted ? "the virtual host of " : "", id, code, clog);
                 tail_file(clog, 4);
                 s->client_failed = true;
                 kill(s->spid, SIGTERM);
@@ -229,7 +314,7 @@ static void watch(sim_t *s)
     while (!server_done) {
         if (fm_stop_requested) {
             kill(s->spid, SIGTERM);
-            for (int i = 0; i < s->o.clients; i++)
+            for (int i = 0; i < s->nprocs; i++)
                 if (s->cpids[i] > 0)
                     kill(s->cpids[i], SIGTERM);
             fm_stop_requested = 0;
@@ -252,16 +337,16 @@ static void reap_clients(sim_t *s)
 {
     double start = fm_clock_seconds();
     bool asked = false;
-    int left = s->o.clients;
+    int left = s->nprocs;
     while (left > 0 && fm_clock_seconds() < start + 15.0) {
         if (!asked && fm_clock_seconds() > start + 3.0) {
-            for (int i = 0; i < s->o.clients; i++)
+            for (int i = 0; i < s->nprocs; i++)
                 if (s->cpids[i] > 0)
                     kill(s->cpids[i], SIGTERM);
             asked = true;
         }
         left = 0;
-        for (int i = 0; i < s->o.clients; i++) {
+        for (int i = 0; i < s->nprocs; i++) {
             if (s->cpids[i] <= 0)
                 continue;
             int status;
@@ -273,7 +358,7 @@ static void reap_clients(sim_t *s)
         if (left)
             usleep(100000);
     }
-    for (int i = 0; i < s->o.clients; i++)
+    for (int i = 0; i < s->nprocs; i++)
         if (s->cpids[i] > 0) {
             kill(s->cpids[i], SIGKILL);
             waitpid(s->cpids[i], NULL, 0);
@@ -297,8 +382,9 @@ static const fm_program_t program = {
     "fedmoe-sim",
     "usage: fedmoe-sim [options]\n"
     "\n"
-    "Runs a federated training job on this machine: a fedmoe-server and N fedmoe-client\n"
-    "processes on loopback, Fashion-MNIST split over the clients. Prints one line per round\n"
+    "Runs a federated training job on this machine: a fedmoe-server and N clients on\n"
+    "loopback (a fedmoe-client process each, or, for more than " FM_XSTR(FM_SIM_PROCESSES_MAX) ", virtual hosts: see\n"
+    "--hosting), Fashion-MNIST split over the clients. Prints one line per round\n"
     "and a summary; the round log stays in the database for fedmoe-history (every sim adds\n"
     "a new run). The coordinator gets the options below that it knows. Every connection is\n"
     "encrypted and authenticated with CURVE keys made for the run in WORKDIR/keys (kept when\n"
@@ -317,7 +403,7 @@ int main(int argc, char **argv)
         return rc;
     rc = setup(&s);
     fm_signals_install();
-    if (rc != 0 || (rc = make_keys(&s)) != 0 || (rc = start(&s)) != 0)
+    if (rc != 0 || (rc = choose_hosting(&s)) != 0 || (rc = make_keys(&s)) != 0 || (rc = start(&s)) != 0)
         return rc;
     s.server_status = -1;
     watch(&s);

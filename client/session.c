@@ -58,8 +58,11 @@ static void send_hello(session_t *s)
     }
     env.body_case = FEDMOE__ENVELOPE__BODY_HELLO;
     env.hello = &h;
-    if (fm_wire_send(s->link.sock, NULL, &env) != FM_OK)
-        fm_warn("hello not sent: %s", fm_error_last());
+    /* (until the connection is up a send finds no peer: said once, tried again) */
+    bool sent = fm_wire_send(s->link.sock, NULL, &env) == FM_OK;
+    if (!sent && !s->hello_unsent)
+        fm_warn("hello not sent yet (%s): trying again", fm_error_last());
+    s->hello_unsent = !sent;
 }
 
 /* Frees what training holds: model, trainer, scratch, the snapshot from before
@@ -341,6 +344,8 @@ static fm_status take_task(session_t *s, const Fedmoe__Task *t)
             fm_warn("round %u: update not sent: %s", s->sent.round, fm_error_last());
         return FM_OK;
     }
+    if (s->cfg->host)
+        fm_vhost_saw_round(s->cfg->host, s->run_id, (int)in.round);
     fm_status st = start_round(s, (int)in.round);
     if (st == FM_OK) {
         if (in.round != s->task_round) { /* (a virtual host's client said so before its turn) */
@@ -431,6 +436,8 @@ fm_status fm_session_run(const fm_session_config_t *cfg, volatile sig_atomic_t *
         if ((st = fm_link_check(&s.link)) != FM_OK)
             break;
         double now = fm_clock_seconds();
+        if (s.pre_on_disk && cfg->host && fm_vhost_round_over(cfg->host, s.run_id, s.last_round))
+            sess_drop_pre(&s); /* (an idle client of a virtual host: its files are its state alone) */
         if (!s.run_id[0]) {
             if (cfg->connect_timeout > 0 && now - started > cfg->connect_timeout) {
                 fm_error_set("no welcome from %s within %.0f s%s", cfg->connect, cfg->connect_timeout,

@@ -43,6 +43,8 @@ typedef struct {
     double last_hello;
     uint32_t task_round;    /* the round of the newest Task taken (0: none), for heartbeats */
     bool hello_due;         /* a restarted coordinator asked who we are: a Hello, rate-limited */
+    bool hello_unsent;      /* the last Hello found no connection (said once until one goes) */
+    bool pre_on_disk;       /* the .pre state file exists (sess_save_state, sess_drop_pre) */
     struct {                /* the last update sent, as sent: a repeated task gets it again */
         uint8_t *bytes;
         size_t len;
@@ -62,11 +64,13 @@ void sess_snap_free(snapshot_t *n);
 fm_status sess_snap_take(session_t *s, snapshot_t *n, int round);
 /* Puts n back into the model and trainer. */
 void sess_snap_restore(session_t *s, const snapshot_t *n);
-/* Writes the state file (the state now and s->pre), atomically; a failure is
- * logged, not fatal. */
+/* Writes the state files (.pre: s->pre, when taken; then .state: the state
+ * now), each atomically; a failure is logged, not fatal. */
 void sess_save_state(session_t *s);
 /* Reads the state file of this run and client, if any and usable (said at
  * info level when `restart`, at debug level when a spilled client comes back). */
 void sess_load_state(session_t *s, bool restart);
+/* Removes the .pre state file: its round is over, it will not be run again. */
+void sess_drop_pre(session_t *s);
 
 #endif

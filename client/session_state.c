@@ -1,6 +1,12 @@
 /* A client's state across round re-runs and restarts: the snapshot from
- * before the round being trained, and the state file in --state-dir (the one
- * checkpoint format, fedmoe/checkpoint.h). */
+ * before the round being trained, and the state files in --state-dir (the one
+ * checkpoint format, fedmoe/checkpoint.h): ID.state holds the state after the
+ * last trained round, ID.pre the state from before it, needed only while that
+ * round may be run again (a virtual host removes it once a later round is
+ * seen). Neither holds the weights every Task overwrites (those the strategy
+ * federates): an idle client's files are its own parameters, its optimizer's
+ * moments and its generator. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,11 +17,12 @@
 #include "fedmoe/log.h"
 #include "session_internal.h"
 
-#define STATE_VERSION 2u /* 1: the unframed layout before fedmoe/checkpoint.h */
+#define STATE_VERSION 3u /* 1: the unframed layout before fedmoe/checkpoint.h; 2: both snapshots in one
+                            file, with the federated weights */
 
-static void state_path(const session_t *s, char *out, size_t cap)
+static void state_path(const session_t *s, const char *ext, char *out, size_t cap)
 {
-    snprintf(out, cap, "%s/%s.%s.state", s->cfg->state_dir, s->run_id, s->cfg->id);
+    snprintf(out, cap, "%s/%s.%s.%s", s->cfg->state_dir, s->run_id, s->cfg->id, ext);
 }
 
 /* Everything a round changes on a client: every group's weights and moments, the
@@ -93,9 +100,25 @@ static void put_snapshot(fm_ckpt_writer_t *w, session_t *s, const snapshot_t *n)
     fm_ckpt_put_u32(w, (uint32_t)n->rng.used);
     for (int g = 0; g < FM_GROUP_COUNT; g++) {
         fm_ckpt_put_u64(w, ps->groups[g].size);
-        for (int k = 0; k < 3; k++)
+        for (int i = 0; i < ps->count; i++) /* the weights but those a Task brings */
+            if (ps->params[i].group == (fm_group_id)g && !fm_strategy_federates(s->spec.strategy, &ps->params[i]))
+                fm_ckpt_put_floats(w, n->a[g][0] + ps->params[i].offset, ps->params[i].size);
+        for (int k = 1; k < 3; k++)
             fm_ckpt_put_floats(w, n->a[g][k], ps->groups[g].size);
     }
+}
+
+/* The weights of group g as put_snapshot wrote them; those a Task brings are
+ * zero until it does. */
+static bool get_weights(fm_ckpt_reader_t *r, session_t *s, int g, float *a)
+{
+    fm_params_t *ps = fm_model_params(s->model);
+    memset(a, 0, 4 * ps->groups[g].size);
+    bool ok = true;
+    for (int i = 0; ok && i < ps->count; i++)
+        if (ps->params[i].group == (fm_group_id)g && !fm_strategy_federates(s->spec.strategy, &ps->params[i]))
+            ok = fm_ckpt_get_floats(r, a + ps->params[i].offset, ps->params[i].size);
+    return ok;
 }
 
 /* Reads a snapshot of this model's layout; every value must be finite. */
@@ -115,7 +138,8 @@ static bool get_snapshot(fm_ckpt_reader_t *r, session_t *s, snapshot_t *n)
         uint64_t sz;
         ok = fm_ckpt_get_u64(r, &sz) && sz == ps->groups[g].size;
         for (int k = 0; k < 3 && ok; k++) {
-            ok = (n->a[g][k] || (n->a[g][k] = malloc(4 * (sz ? sz : 1)))) && fm_ckpt_get_floats(r, n->a[g][k], sz);
+            ok = (n->a[g][k] || (n->a[g][k] = malloc(4 * (sz ? sz : 1)))) &&
+                 (k == 0 ? get_weights(r, s, g, n->a[g][k]) : fm_ckpt_get_floats(r, n->a[g][k], sz));
             for (uint64_t i = 0; ok && i < sz; i++)
                 ok = isfinite(n->a[g][k][i]);
         }
@@ -129,28 +153,19 @@ static bool get_snapshot(fm_ckpt_reader_t *r, session_t *s, snapshot_t *n)
     return ok;
 }
 
-/* The most a state file of this model can hold: two snapshots and framing. */
+/* The most a state file of this model can hold: a snapshot and framing. */
 static size_t state_bound(session_t *s)
 {
-    return 2 * (12 * fm_params_total(fm_model_params(s->model)) + 4096) + FM_CKPT_OVERHEAD;
+    return 12 * fm_params_total(fm_model_params(s->model)) + 4096 + FM_CKPT_OVERHEAD;
 }
 
-/* The state file (fedmoe/checkpoint.h format, magic FMCS) holds the state after
- * the last trained round and the state from before it, so a round the
- * coordinator sends again is trained from the same starting point. */
-void sess_save_state(session_t *s)
+static void write_snapshot(session_t *s, const char *ext, const snapshot_t *n)
 {
-    if (!s->cfg->state_dir[0])
-        return;
     char path[1200];
-    state_path(s, path, sizeof path);
-    snapshot_t now = snap_view(s, s->last_round); /* written as it is, not copied */
+    state_path(s, ext, path, sizeof path);
     fm_ckpt_writer_t w;
     fm_ckpt_begin(&w, FM_CKPT_MAGIC_CLIENT, STATE_VERSION);
-    put_snapshot(&w, s, &now);
-    fm_ckpt_put_u8(&w, s->pre.round >= 0);
-    if (s->pre.round >= 0)
-        put_snapshot(&w, s, &s->pre);
+    put_snapshot(&w, s, n);
     uint8_t *blob = NULL;
     size_t len = 0;
     if (fm_ckpt_finish(&w, &blob, &len) != FM_OK || fm_ckpt_write_file(path, blob, len) != FM_OK)
@@ -158,7 +173,31 @@ void sess_save_state(session_t *s)
     free(blob);
 }
 
-static fm_status read_state(session_t *s, const char *path, snapshot_t *now, snapshot_t *pre)
+/* The state after the last trained round and (first: a crash between the two
+ * leaves a .pre of a round the .state has not reached, which loading ignores)
+ * the state from before it. */
+void sess_save_state(session_t *s)
+{
+    if (!s->cfg->state_dir[0])
+        return;
+    if (s->pre.round >= 0) {
+        write_snapshot(s, "pre", &s->pre);
+        s->pre_on_disk = true;
+    }
+    snapshot_t now = snap_view(s, s->last_round); /* written as it is, not copied */
+    write_snapshot(s, "state", &now);
+}
+
+void sess_drop_pre(session_t *s)
+{
+    char path[1200];
+    state_path(s, "pre", path, sizeof path);
+    if (unlink(path) != 0 && errno != ENOENT)
+        fm_warn("cannot remove %s: %s", path, strerror(errno));
+    s->pre_on_disk = false;
+}
+
+static fm_status read_snapshot(session_t *s, const char *path, snapshot_t *n)
 {
     uint8_t *blob = NULL;
     size_t len = 0;
@@ -167,9 +206,7 @@ static fm_status read_state(session_t *s, const char *path, snapshot_t *now, sna
     if (st == FM_OK)
         st = fm_ckpt_open(&r, blob, len, FM_CKPT_MAGIC_CLIENT, STATE_VERSION, "client state");
     if (st == FM_OK) {
-        uint8_t has_pre = 0;
-        bool ok = get_snapshot(&r, s, now) && fm_ckpt_get_u8(&r, &has_pre) && has_pre <= 1 &&
-                  (!has_pre || get_snapshot(&r, s, pre));
+        bool ok = get_snapshot(&r, s, n);
         st = ok ? fm_ckpt_close(&r, "client state") : FM_ERR_FORMAT;
         if (!ok)
             fm_error_set("client state: fields missing, out of range or not finite");
@@ -178,16 +215,32 @@ static fm_status read_state(session_t *s, const char *path, snapshot_t *now, sna
     return st;
 }
 
+/* The state files: the state after the last round, and the state before it
+ * when its .pre is of that round. */
+static fm_status read_state(session_t *s, snapshot_t *now, snapshot_t *pre, char *path, size_t cap)
+{
+    state_path(s, "state", path, cap);
+    fm_status st = read_snapshot(s, path, now);
+    char pre_path[1200];
+    state_path(s, "pre", pre_path, sizeof pre_path);
+    s->pre_on_disk = access(pre_path, F_OK) == 0;
+    if (st == FM_OK && s->pre_on_disk && (read_snapshot(s, pre_path, pre) != FM_OK || pre->round != now->round)) {
+        sess_snap_free(pre); /* (another round's, or unusable: not this round's starting point) */
+        pre->round = -1;
+    }
+    return st;
+}
+
 void sess_load_state(session_t *s, bool restart)
 {
     if (!s->cfg->state_dir[0])
         return;
     char path[1200];
-    state_path(s, path, sizeof path);
+    state_path(s, "state", path, sizeof path);
     if (access(path, F_OK) != 0)
         return;
     snapshot_t now = {.round = -1}, pre = {.round = -1};
-    if (read_state(s, path, &now, &pre) == FM_OK) {
+    if (read_state(s, &now, &pre, path, sizeof path) == FM_OK) {
         sess_snap_restore(s, &now);
         s->last_round = now.round;
         sess_snap_free(&s->pre);

@@ -26,6 +26,8 @@ struct fm_vhost {
     pthread_mutex_t turn_lock;
     pthread_cond_t turn_free;
     int free_workers;
+    char run_id[64];  /* the newest round any client was sent, and its run (under data_lock) */
+    int newest_round;
 };
 
 typedef struct {
@@ -98,6 +100,25 @@ void fm_vhost_train_leave(fm_vhost_t *h)
     pthread_mutex_unlock(&h->turn_lock);
 }
 
+void fm_vhost_saw_round(fm_vhost_t *h, const char *run_id, int round)
+{
+    pthread_mutex_lock(&h->data_lock);
+    if (strcmp(h->run_id, run_id) != 0) {
+        snprintf(h->run_id, sizeof h->run_id, "%s", run_id);
+        h->newest_round = 0;
+    }
+    h->newest_round = round > h->newest_round ? round : h->newest_round;
+    pthread_mutex_unlock(&h->data_lock);
+}
+
+bool fm_vhost_round_over(fm_vhost_t *h, const char *run_id, int round)
+{
+    pthread_mutex_lock(&h->data_lock);
+    bool over = strcmp(h->run_id, run_id) == 0 && round < h->newest_round;
+    pthread_mutex_unlock(&h->data_lock);
+    return over;
+}
+
 static void *client_main(void *arg)
 {
     vclient_t *v = arg;
@@ -136,7 +157,8 @@ static fm_status client_config(const fm_session_config_t *base, const fm_vhost_c
 {
     *out = *base;
     out->host = h;
-    if (snprintf(out->id, sizeof out->id, "%s-%05d", base->id, i) >= (int)sizeof out->id) {
+    int number = vc->first_partition >= 0 ? vc->first_partition + i : i; /* (hosts of one run differ) */
+    if (snprintf(out->id, sizeof out->id, "%s-%05d", base->id, number) >= (int)sizeof out->id) {
         fm_error_set("--id %s is too long for virtual client ids (ID-NNNNN)", base->id);
         return FM_ERR_ARG;
     }

@@ -13,6 +13,7 @@
 #define FEDMOE_VHOST_H
 
 #include <signal.h>
+#include <stdbool.h>
 
 #include "fedmoe/clientdata.h"
 #include "fedmoe/status.h"
@@ -27,7 +28,8 @@ typedef struct {
     int first_partition;  /* client i takes partition first + i; -1: assigned by the coordinator */
 } fm_vhost_config_t;
 
-/* Runs N clients like base (client i's id is base->id-NNNNN, its key
+/* Runs N clients like base (client i's id is base->id-NNNNN, NNNNN its
+ * partition first + i, or i when the coordinator assigns them; its key
  * keys/ID.key) until all have ended or *stop. FM_OK when every client ended
  * well; otherwise the first failure's status, with its reason. */
 fm_status fm_vhost_run(const fm_session_config_t *base, const fm_vhost_config_t *vc, volatile sig_atomic_t *stop);
@@ -40,5 +42,10 @@ void *fm_vhost_zmq(fm_vhost_t *h);
 fm_status fm_vhost_data(fm_vhost_t *h, const fm_data_spec_t *spec, fm_client_data_t *out);
 void fm_vhost_train_enter(fm_vhost_t *h, void (*wait)(void *user), void *user);
 void fm_vhost_train_leave(fm_vhost_t *h);
+/* The rounds the host's clients are sent: a round older than the newest one
+ * of its run is over (a round number moves on only when its round commits),
+ * so what a client kept to run it again can go. */
+void fm_vhost_saw_round(fm_vhost_t *h, const char *run_id, int round);
+bool fm_vhost_round_over(fm_vhost_t *h, const char *run_id, int round);
 
 #endif

@@ -156,6 +156,12 @@ static void *open_socket(void *ctx, const fm_server_config_t *cfg, const fm_key_
     int ivl = heartbeat_ms(max_conns), timeout = ivl < 10000 ? 10000 : ivl;
     zmq_setsockopt(sock, ZMQ_HEARTBEAT_IVL, &ivl, sizeof ivl);
     zmq_setsockopt(sock, ZMQ_HEARTBEAT_TIMEOUT, &timeout, sizeof timeout);
+    /* a listen queue for every connection at once (the kernel caps it at
+     * net.core.somaxconn): with libzmq's 100, thousands of clients starting
+     * together overflowed it, and the dropped handshakes came back as a storm
+     * of retries (10,000 virtual clients took over 6 minutes to join) */
+    int backlog = max_conns > 100 ? max_conns : 100;
+    zmq_setsockopt(sock, ZMQ_BACKLOG, &backlog, sizeof backlog);
     if (!cfg->insecure && fm_key_apply_server(sock, own) != FM_OK) {
         zmq_close(sock);
         return NULL;

@@ -163,7 +163,7 @@ static void test_killed_host_resumes_from_spilled_state(void **state)
     (void)state;
     char key[512], pub[512], allow[512], db[512], log[512], ep[64], sdir[600];
     procs_server_keys(key, pub, allow);
-    const char *ids[] = {"k0", "k1", "vk-00000", "vk-00001"};
+    const char *ids[] = {"k0", "k1", "vk-00002", "vk-00003"}; /* (numbered by partition) */
     for (int i = 0; i < 4; i++) {
         char path[512];
         procs_client_key(ids[i], path);

@@ -77,6 +77,15 @@ static void show_dirichlet(const fm_options_t *o, char *buf, size_t cap)
     snprintf(buf, cap, "%g", o->spec->part.alpha);
 }
 
+FM_ARG_ENUM_NAMES(fm_hosting, fm_hosting_name, hosting_parse, "auto", "processes", "virtual")
+
+static fm_status set_hosting(fm_options_t *o, const char *flag, const char *v) { return hosting_parse(flag, v, &o->hosting); }
+
+static void show_hosting(const fm_options_t *o, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", fm_hosting_name(o->hosting));
+}
+
 static fm_status set_client_dirichlet(fm_options_t *o, const char *flag, const char *v)
 {
     o->spec->part.kind = FM_PARTITION_CLIENT_DIRICHLET;
@@ -131,12 +140,16 @@ static const fm_option_t table[] = {
      "train on one client's data, or all of it centrally, without a coordinator"},
     {"bind", 0, FM_OPT_STRING, "ENDPOINT", 0, 0, S, 0, O(bind), NULL, NULL, NULL, FM_OPT_G_RUN,
      "ZeroMQ endpoint to bind"},
-    {"clients", 0, FM_OPT_INT, "N", 1, 1000, M, 0, O(clients), NULL, NULL, NULL, FM_OPT_G_RUN,
-     "client processes, one partition each"},
+    {"clients", 0, FM_OPT_INT, "N", 1, 100000, M, 0, O(clients), NULL, NULL, NULL, FM_OPT_G_RUN,
+     "clients, one partition each"},
+    {"hosting", 0, FM_OPT_CUSTOM, "MODE", 0, 0, M, 0, 0, 0, set_hosting, show_hosting, NULL, FM_OPT_G_RUN,
+     "processes (a fedmoe-client each), virtual (hosts of many\n"
+     "clients: fedmoe-client --virtual) or auto (processes up to " FM_XSTR(FM_SIM_PROCESSES_MAX) ")"},
     {"rounds", 0, FM_OPT_INT, "N", 1, 1000000, S | M, 0, O(rounds), NULL, NULL, NULL, FM_OPT_G_RUN,
      "rounds in the run"},
-    {"min-clients", 0, FM_OPT_INT, "N", 1, 100000, S, 0, O(min_clients), NULL, NULL, NULL, FM_OPT_G_RUN,
-     "clients a round needs and its quorum"},
+    {"min-clients", 0, FM_OPT_INT, "N", 1, 100000, S | M, 0, O(min_clients), NULL, NULL, NULL, FM_OPT_G_RUN,
+     "clients a round needs and its quorum (fedmoe-sim: the\n"
+     "--fraction of --clients, at least 1)"},
     {"fraction", 0, FM_OPT_DOUBLE, "F", 1e-6, 1.0, S | M, 0, O(fraction), NULL, NULL, NULL, FM_OPT_G_RUN,
      "fraction of connected clients per round, 0 < F <= 1"},
     {"round-timeout", 0, FM_OPT_DOUBLE, "S", 0.001, 1e7, S | M, 0, O(round_timeout), NULL, NULL, NULL, FM_OPT_G_RUN,
@@ -177,8 +190,9 @@ static const fm_option_t table[] = {
      FM_OPT_G_FEDERATED, "give up if no welcome within S seconds (at the start, and after the\n"
      "coordinator stopped mid-run)"},
     {"virtual", 0, FM_OPT_INT, "N", 0, 100000, C, 0, O(virtual_clients), NULL, NULL, "one client", FM_OPT_G_FEDERATED,
-     "host N clients in this process (ids ID-00000 ...; keys ID-NNNNN.key\n"
-     "in --keys; with --partition I/N client i takes partition I + i):\n"
+     "host N clients in this process (with --partition I/N client i\n"
+     "takes partition I + i and is ID-NNNNN, NNNNN = I + i; keys\n"
+     "ID-NNNNN.key in --keys):\n"
      "one dataset copy, at most --workers training at once"},
     {"keys", 0, FM_OPT_STRING, "DIR", 0, 0, C, 0, O(keys), NULL, NULL, "", FM_OPT_G_FEDERATED,
      "the key pairs of the --virtual clients"},

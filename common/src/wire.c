@@ -236,6 +236,11 @@ void fm_wire_tune_socket(void *socket)
     zmq_setsockopt(socket, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof hb_ivl);
     zmq_setsockopt(socket, ZMQ_HEARTBEAT_TIMEOUT, &hb_timeout, sizeof hb_timeout);
     zmq_setsockopt(socket, ZMQ_HANDSHAKE_IVL, &handshake, sizeof handshake);
+    /* a peer that cannot connect tries again after 0.1 s, doubling up to 2 s
+     * (libzmq adds up to one interval of jitter): thousands of clients waiting
+     * for a coordinator do not flood it with connection attempts */
+    int reconnect_max = FM_WIRE_RECONNECT_MAX_MS;
+    zmq_setsockopt(socket, ZMQ_RECONNECT_IVL_MAX, &reconnect_max, sizeof reconnect_max);
 }
 
 static void blob_free(void *data, void *hint)

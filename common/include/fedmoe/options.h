@@ -43,6 +43,14 @@ typedef enum { FM_OPT_G_RUN, FM_OPT_G_FEDERATED, FM_OPT_G_DATA, FM_OPT_G_MODEL, 
 
 #define FM_OPT_MAX_GIVEN 96
 
+/* How fedmoe-sim runs its clients: a process each, or many to a virtual host
+ * (fedmoe-client --virtual); auto chooses by their number (FM_SIM_PROCESSES_MAX). */
+typedef enum { FM_HOSTING_AUTO = 0, FM_HOSTING_PROCESSES, FM_HOSTING_VIRTUAL } fm_hosting;
+#define FM_SIM_PROCESSES_MAX 32
+#define FM_XSTR(x) FM_STR_(x) /* (a number as text, for help strings) */
+#define FM_STR_(x) #x
+const char *fm_hosting_name(fm_hosting h);
+
 typedef struct fm_options fm_options_t;
 
 typedef struct {
@@ -77,8 +85,8 @@ struct fm_options {
     double fraction, round_timeout, client_timeout, partition_lease;
     bool new_run;
     size_t max_message;
-    uint64_t max_weight;
-    int max_connections; /* 0: twice the partitions plus 64 */ /* 0: the run's largest partition (1 when the coordinator cannot read the dataset) */
+    uint64_t max_weight; /* 0: the run's largest partition (1 when the coordinator cannot read the dataset) */
+    int max_connections; /* 0: twice the partitions plus 64 */
     /* transport security (server, client; fedmoe-sim makes its own keys) */
     char key[1024], allow[1024], server_key[1024];
     bool insecure;
@@ -92,6 +100,7 @@ struct fm_options {
     char keys[1024];              /* --keys DIR: the virtual clients' key pairs */
     /* fedmoe-sim */
     int clients, port;
+    fm_hosting hosting;
     char workdir[1024];
     /* what was set, in order (flags and config keys): row and a copy of the value */
     int ngiven;

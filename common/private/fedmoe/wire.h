@@ -28,6 +28,9 @@
  * is closed (libzmq's default is 30 s): how long a connection that never speaks
  * holds one of the coordinator's file descriptors. */
 #define FM_WIRE_HANDSHAKE_MS 5000
+/* The longest wait between a client's attempts to connect (from 0.1 s, doubled
+ * at each failure): how soon clients are back after a coordinator restarts. */
+#define FM_WIRE_RECONNECT_MAX_MS 2000
 
 typedef enum {
     FM_WIRE_OK = 0,
