@@ -45,12 +45,22 @@ for h in $(seq 0 $((hosts - 1))); do
   pids+=($!)
 done
 wait $server || { echo "the coordinator failed:"; tail -5 "$work/server.log"; exit 1; }
+# clients still connecting when the run ended wait for a coordinator (as any
+# client does): after 15 s the hosts are asked to stop
+for _ in $(seq 150); do
+  alive=0
+  for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+  [ $alive = 0 ] && break
+  sleep 0.1
+done
+[ $alive = 1 ] && for p in "${pids[@]}"; do pkill -TERM -P "$p" 2>/dev/null || true; done
 for h in $(seq 0 $((hosts - 1))); do
-  wait "${pids[$h]}" || { echo "host $h failed:"; tail -5 "$work/host$h.log"; exit 1; }
+  wait "${pids[$h]}" || [ $alive = 1 ] || { echo "host $h failed:"; tail -5 "$work/host$h.log"; exit 1; }
 done
 end=$(date +%s.%N)
 echo "$n virtual clients, fraction $fraction, $rounds rounds ($part), commit $(git -C "$root" describe --always --dirty)"
 echo "  $hosts host(s) of up to $per clients, $workers training at once each (file-descriptor limit $fds)"
+echo "  clients joined: $(grep -c ' joined (partition' "$work/server.log") of $n"
 echo "  host peak RSS $(cat "$work"/host*.mem | awk '{ s += $1 } END { printf "%d", s / 1024 }') MB (all hosts); coordinator $(sed -n 's/.*peak memory \([0-9]*\) KB.*/\1/p' "$work/server.log" | awk '{ printf "%d", $1 / 1024 }') MB; wall $(python3 -c "print(round($end - $start, 1))") s (start-up included)"
 /usr/bin/python3 - "$work/v.db" <<'PY'
 import sqlite3, statistics, sys

@@ -159,8 +159,19 @@ static void spill(session_t *s)
     s->spilled = true;
 }
 
+/* The way in is through (welcomed, past CONNECTING_S, or leaving): the next
+ * client of the host may connect. */
+#define CONNECTING_S 10.0
+static void connected(session_t *s)
+{
+    if (s->connecting)
+        fm_vhost_connect_leave(s->cfg->host);
+    s->connecting = false;
+}
+
 static fm_status handle_welcome(session_t *s, const Fedmoe__Welcome *w)
 {
+    connected(s);
     s->away_since = 0.0;
     s->hello_due = false;
     s->grants = w->upload_grants;
@@ -419,6 +430,8 @@ fm_status fm_session_run(const fm_session_config_t *cfg, volatile sig_atomic_t *
     s.stop = stop;
     s.pre.round = -1;
     s.partition = cfg->partition_index;
+    if (cfg->host && !(s.connecting = fm_vhost_connect_enter(cfg->host, stop)))
+        return FM_OK; /* (stopped while waiting for its turn to connect) */
     fm_status st = fm_link_open(&s.link, cfg);
     if (st != FM_OK)
         goto out;
@@ -438,6 +451,8 @@ fm_status fm_session_run(const fm_session_config_t *cfg, volatile sig_atomic_t *
         double now = fm_clock_seconds();
         if (s.pre_on_disk && cfg->host && fm_vhost_round_over(cfg->host, s.run_id, s.last_round))
             sess_drop_pre(&s); /* (an idle client of a virtual host: its files are its state alone) */
+        if (s.connecting && now - started > CONNECTING_S)
+            connected(&s); /* (not welcomed yet, refused or no coordinator: it goes on trying, out of the way) */
         if (!s.run_id[0]) {
             if (cfg->connect_timeout > 0 && now - started > cfg->connect_timeout) {
                 fm_error_set("no welcome from %s within %.0f s%s", cfg->connect, cfg->connect_timeout,
@@ -504,6 +519,7 @@ fm_status fm_session_run(const fm_session_config_t *cfg, volatile sig_atomic_t *
             break;
     }
 out:
+    connected(&s);
     drop_run(&s);
     fm_link_close(&s.link);
     return st;

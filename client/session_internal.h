@@ -45,6 +45,7 @@ typedef struct {
     bool hello_due;         /* a restarted coordinator asked who we are: a Hello, rate-limited */
     bool hello_unsent;      /* the last Hello found no connection (said once until one goes) */
     bool pre_on_disk;       /* the .pre state file exists (sess_save_state, sess_drop_pre) */
+    bool connecting;        /* holds one of its virtual host's places to connect, until welcomed */
     struct {                /* the last update sent, as sent: a repeated task gets it again */
         uint8_t *bytes;
         size_t len;

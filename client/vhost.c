@@ -14,6 +14,58 @@
 
 #define STACK_BYTES ((size_t)2 << 20) /* a client thread's stack (training uses the heap) */
 
+/* At most so many clients of a host between connecting and their Welcome: a
+ * host starting thousands of clients at once would overflow the coordinator's
+ * listen queue and turn the dropped connections into a storm of retries. */
+#define CONNECTING_MAX 512
+
+/* A counted gate: at most `left` holders at once. */
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t free;
+    int left;
+} gate_t;
+
+static void gate_init(gate_t *g, int n)
+{
+    pthread_mutex_init(&g->lock, NULL);
+    pthread_cond_init(&g->free, NULL);
+    g->left = n;
+}
+
+/* Waits for a place, calling wait(user) every half second meanwhile (when
+ * given); false, without a place, once *stop is set (when given). */
+static bool gate_enter(gate_t *g, void (*wait)(void *user), void *user, volatile sig_atomic_t *stop)
+{
+    pthread_mutex_lock(&g->lock);
+    while (g->left == 0 && !(stop && *stop)) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 500000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        if (pthread_cond_timedwait(&g->free, &g->lock, &until) != 0 && wait) {
+            pthread_mutex_unlock(&g->lock); /* (heartbeats while waiting) */
+            wait(user);
+            pthread_mutex_lock(&g->lock);
+        }
+    }
+    bool in = g->left > 0 && !(stop && *stop);
+    g->left -= in;
+    pthread_mutex_unlock(&g->lock);
+    return in;
+}
+
+static void gate_leave(gate_t *g)
+{
+    pthread_mutex_lock(&g->lock);
+    g->left++;
+    pthread_cond_signal(&g->free);
+    pthread_mutex_unlock(&g->lock);
+}
+
 struct fm_vhost {
     void *ctx;
     pthread_mutex_t data_lock;
@@ -23,9 +75,8 @@ struct fm_vhost {
     char failed_dataset[256];
     bool has_failed;
     char why[512];
-    pthread_mutex_t turn_lock;
-    pthread_cond_t turn_free;
-    int free_workers;
+    gate_t turn;    /* trainings at once: the workers */
+    gate_t connect; /* clients connecting at once (CONNECTING_MAX) */
     char run_id[64];  /* the newest round any client was sent, and its run (under data_lock) */
     int newest_round;
 };
@@ -73,32 +124,17 @@ fm_status fm_vhost_data(fm_vhost_t *h, const fm_data_spec_t *spec, fm_client_dat
 
 void fm_vhost_train_enter(fm_vhost_t *h, void (*wait)(void *user), void *user)
 {
-    pthread_mutex_lock(&h->turn_lock);
-    while (h->free_workers == 0) {
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += 500000000L;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
-        if (pthread_cond_timedwait(&h->turn_free, &h->turn_lock, &until) != 0 && wait) {
-            pthread_mutex_unlock(&h->turn_lock); /* (heartbeats while waiting) */
-            wait(user);
-            pthread_mutex_lock(&h->turn_lock);
-        }
-    }
-    h->free_workers--;
-    pthread_mutex_unlock(&h->turn_lock);
+    gate_enter(&h->turn, wait, user, NULL);
 }
 
-void fm_vhost_train_leave(fm_vhost_t *h)
+void fm_vhost_train_leave(fm_vhost_t *h) { gate_leave(&h->turn); }
+
+bool fm_vhost_connect_enter(fm_vhost_t *h, volatile sig_atomic_t *stop)
 {
-    pthread_mutex_lock(&h->turn_lock);
-    h->free_workers++;
-    pthread_cond_signal(&h->turn_free);
-    pthread_mutex_unlock(&h->turn_lock);
+    return gate_enter(&h->connect, NULL, NULL, stop);
 }
+
+void fm_vhost_connect_leave(fm_vhost_t *h) { gate_leave(&h->connect); }
 
 void fm_vhost_saw_round(fm_vhost_t *h, const char *run_id, int round)
 {
@@ -174,13 +210,14 @@ static fm_status client_config(const fm_session_config_t *base, const fm_vhost_c
 fm_status fm_vhost_run(const fm_session_config_t *base, const fm_vhost_config_t *vc, volatile sig_atomic_t *stop)
 {
     int n = vc->clients, cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    fm_vhost_t h = {.free_workers = vc->workers > 0 ? vc->workers : cores > 0 ? cores : 1};
+    int workers = vc->workers > 0 ? vc->workers : cores > 0 ? cores : 1;
+    fm_vhost_t h = {0};
+    gate_init(&h.turn, workers);
+    gate_init(&h.connect, CONNECTING_MAX);
     /* a malloc arena per worker, not per thread: thousands of threads each
      * keeping the freed memory of the models they built would hold gigabytes */
-    mallopt(M_ARENA_MAX, h.free_workers + 1);
+    mallopt(M_ARENA_MAX, workers + 1);
     pthread_mutex_init(&h.data_lock, NULL);
-    pthread_mutex_init(&h.turn_lock, NULL);
-    pthread_cond_init(&h.turn_free, NULL);
     vclient_t *v = calloc((size_t)n, sizeof *v);
     fm_status st = v ? enough_descriptors(n) : FM_ERR_NOMEM;
     if (st == FM_OK && !(h.ctx = zmq_ctx_new()))
@@ -190,7 +227,7 @@ fm_status fm_vhost_run(const fm_session_config_t *base, const fm_vhost_config_t 
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, STACK_BYTES);
-    fm_info("virtual host: %d clients (%s-00000 ...), %d training at once", n, base->id, h.free_workers);
+    fm_info("virtual host: %d clients (%s-00000 ...), %d training at once", n, base->id, workers);
     for (int i = 0; st == FM_OK && i < n; i++) {
         v[i].stop = stop;
         if ((st = client_config(base, vc, i, &h, &v[i].cfg)) != FM_OK)

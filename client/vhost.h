@@ -42,6 +42,11 @@ void *fm_vhost_zmq(fm_vhost_t *h);
 fm_status fm_vhost_data(fm_vhost_t *h, const fm_data_spec_t *spec, fm_client_data_t *out);
 void fm_vhost_train_enter(fm_vhost_t *h, void (*wait)(void *user), void *user);
 void fm_vhost_train_leave(fm_vhost_t *h);
+/* The way in: at most a few clients between connecting and their Welcome at
+ * once (the coordinator's listen queue); enter is false, without a place, once
+ * *stop is set. */
+bool fm_vhost_connect_enter(fm_vhost_t *h, volatile sig_atomic_t *stop);
+void fm_vhost_connect_leave(fm_vhost_t *h);
 /* The rounds the host's clients are sent: a round older than the newest one
  * of its run is over (a round number moves on only when its round commits),
  * so what a client kept to run it again can go. */

@@ -12,6 +12,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <glob.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <signal.h>
@@ -20,6 +22,9 @@
 #include <unistd.h>
 
 #include "coordinator.h"
+#include "fedmoe/model.h"
+#include "fedmoe/params.h"
+#include "fedmoe/runspec.h"
 #include "fedmoe/store.h"
 #include "procs.h"
 
@@ -231,10 +236,80 @@ static void test_killed_host_resumes_from_spilled_state(void **state)
     free(cr);
 }
 
+/* The state files a virtual client keeps between its rounds: the weights a
+ * Task does not bring (the strategy's federated ones come with every Task),
+ * the moments and the generator, and the state from before its last round
+ * only while that round may be run again. Four clients, two a round: at the
+ * end, a .pre file is left by the final round's clients alone. */
+static void test_idle_clients_keep_their_own_state(void **state)
+{
+    (void)state;
+    char key[512], pub[512], allow[512], db[512], log[512], hlog[600], ep[64], sdir[600];
+    procs_server_keys(key, pub, allow);
+    for (int i = 0; i < 4; i++) {
+        char id[16], path[512];
+        snprintf(id, sizeof id, "vi-%05d", i);
+        procs_client_key(id, path);
+    }
+    snprintf(sdir, sizeof sdir, "%s/vi-state", dir);
+    mkdir(sdir, 0700);
+    procs_files("idle", db, log);
+    snprintf(hlog, sizeof hlog, "%s/vi.log", dir);
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", procs_free_port());
+    char *sargv[] = {BIN("server/fedmoe-server"), "--bind", ep, "--db", db, "--rounds", "5", "--partitions", "4",
+                     "--min-clients", "2", "--fraction", "0.5", "--strategy", "full", NULL};
+    pid_t server = procs_spawn_server(sargv, log);
+    char *hargv[] = {BIN("client/fedmoe-client"), "--connect", ep, "--id", "vi", "--virtual", "4", "--keys", allow,
+                     "--server-key", pub, "--partition", "0/4", "--state-dir", sdir, NULL};
+    pid_t host = procs_spawn(hargv, hlog);
+    assert_int_equal(procs_wait(server, 300), 0);
+    assert_int_equal(procs_wait(host, 30), 0);
+    fm_round_row_t *r;
+    fm_client_round_row_t *cr;
+    int nr, nc;
+    procs_finished_run(db, &r, &nr, &cr, &nc);
+    assert_int_equal(nr, 5);
+    bool trained[4] = {0}, last[4] = {0};
+    for (int i = 0; i < nc; i++) {
+        int who = atoi(cr[i].client_id + 3);
+        assert_true(who >= 0 && who < 4);
+        trained[who] |= !strcmp(cr[i].status, "completed");
+        last[who] |= cr[i].round == 5 && !strcmp(cr[i].status, "completed");
+    }
+    /* a snapshot's size: every weight but the federated ones, and both moments */
+    fm_run_spec_t spec;
+    fm_run_spec_default(&spec);
+    fm_model_t *m = NULL;
+    assert_int_equal(fm_model_new(&m, &spec.model, 1, 0), FM_OK);
+    size_t floats = 3 * fm_params_total(fm_model_params(m)) - fm_federated_size(m, FM_STRATEGY_FULL);
+    fm_model_destroy(&m);
+    int idle_before_last = 0;
+    for (int i = 0; i < 4; i++) {
+        char pattern[800];
+        glob_t g;
+        snprintf(pattern, sizeof pattern, "%s/run-*.vi-%05d.state", sdir, i);
+        assert_int_equal(glob(pattern, 0, NULL, &g) == 0 ? (int)g.gl_pathc : 0, trained[i]);
+        struct stat st;
+        if (trained[i]) {
+            assert_int_equal(stat(g.gl_pathv[0], &st), 0);
+            assert_true((size_t)st.st_size >= 4 * floats && (size_t)st.st_size < 4 * floats + 4096);
+        }
+        globfree(&g);
+        snprintf(pattern, sizeof pattern, "%s/run-*.vi-%05d.pre", sdir, i);
+        assert_int_equal(glob(pattern, 0, NULL, &g) == 0 ? (int)g.gl_pathc : 0, last[i]);
+        globfree(&g);
+        idle_before_last += trained[i] && !last[i];
+    }
+    assert_true(idle_before_last > 0); /* (what the test is about happened) */
+    free(r);
+    free(cr);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_virtual_clients_as_processes),
+        cmocka_unit_test(test_idle_clients_keep_their_own_state),
         cmocka_unit_test(test_killed_host_resumes_from_spilled_state),
     };
     return procs_run_tests("virtual", tests, sizeof tests / sizeof tests[0], dir, sizeof dir);
