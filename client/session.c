@@ -25,7 +25,7 @@
 #endif
 
 #define HELLO_RETRY_S 3.0
-#define HEARTBEAT_S 1.0
+#define HEARTBEAT_S 1.0 /* until a Welcome says how often (Welcome.heartbeat_ms) */
 
 void fm_session_config_default(fm_session_config_t *c)
 {
@@ -100,7 +100,7 @@ static void drop_run(session_t *s)
 static void beat(session_t *s, bool force)
 {
     double now = fm_clock_seconds();
-    if (!force && now - s->last_beat < HEARTBEAT_S)
+    if (!force && now - s->last_beat < s->heartbeat_s)
         return;
     Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
     Fedmoe__Heartbeat hb = FEDMOE__HEARTBEAT__INIT;
@@ -175,6 +175,7 @@ static fm_status handle_welcome(session_t *s, const Fedmoe__Welcome *w)
     s->away_since = 0.0;
     s->hello_due = false;
     s->grants = w->upload_grants;
+    s->heartbeat_s = w->heartbeat_ms ? w->heartbeat_ms / 1000.0 : HEARTBEAT_S;
     if (s->run_id[0] && strcmp(s->run_id, w->run_id) == 0)
         return FM_OK; /* a repeated welcome for the run we are in */
     if (s->run_id[0])
@@ -430,6 +431,7 @@ fm_status fm_session_run(const fm_session_config_t *cfg, volatile sig_atomic_t *
     s.stop = stop;
     s.pre.round = -1;
     s.partition = cfg->partition_index;
+    s.heartbeat_s = HEARTBEAT_S;
     if (cfg->host && !(s.connecting = fm_vhost_connect_enter(cfg->host, stop)))
         return FM_OK; /* (stopped while waiting for its turn to connect) */
     fm_status st = fm_link_open(&s.link, cfg);

@@ -38,7 +38,7 @@ typedef struct {
     float *vec;             /* federated vector scratch */
     int last_round;         /* last round trained (0: none) */
     snapshot_t pre;         /* the state from before round pre.round (= last_round) */
-    double last_beat;
+    double last_beat, heartbeat_s; /* the last Heartbeat, and how often (the Welcome's) */
     double away_since;      /* > 0: the coordinator stopped mid-run then (waiting for it) */
     double last_hello;
     uint32_t task_round;    /* the round of the newest Task taken (0: none), for heartbeats */

@@ -72,6 +72,12 @@ static void send_error(fm_coordinator_t *c, const char *id, fm_wire_code code, c
     }
 }
 
+uint32_t fm_coord_heartbeat_ms(double client_timeout)
+{
+    double ms = client_timeout * 1000.0 / 4.0;
+    return (uint32_t)(ms < 1000.0 ? 1000.0 : ms > 5000.0 ? 5000.0 : ms);
+}
+
 /* ---- tasks ------------------------------------------------------------------ */
 
 /* p's index in the round (its place in the windows). */
@@ -384,6 +390,7 @@ static void handle_hello(fm_coordinator_t *c, const char *id, const Fedmoe__Hell
     env.body_case = FEDMOE__ENVELOPE__BODY_WELCOME;
     env.welcome = &w.welcome;
     w.welcome.upload_grants = true;
+    w.welcome.heartbeat_ms = fm_coord_heartbeat_ms(c->cfg.client_timeout);
     fm_coord_emit(c, id, &env);
     fm_log(changed || !was ? FM_LOG_INFO : FM_LOG_DEBUG, "client %s %s (partition %d, %u specialists)", id,
            was ? "said hello again" : "joined", part, h->specialists);

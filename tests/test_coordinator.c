@@ -26,6 +26,11 @@ static void test_quorum_reached(void **state)
     const char *ids[] = {"a", "b", "c"};
     fm_coordinator_t *c = open_run(&cfg, ids, 3, 2, 100);
     assert_int_equal(count_sent(NULL, FEDMOE__ENVELOPE__BODY_TASK, NULL), 3);
+    Fedmoe__Envelope *welcome = NULL; /* heartbeats every quarter of the client timeout (15 s) */
+    count_sent("a", FEDMOE__ENVELOPE__BODY_WELCOME, &welcome);
+    assert_int_equal(welcome->welcome->heartbeat_ms, 3750);
+    assert_int_equal(fm_coord_heartbeat_ms(2.0), 1000);
+    assert_int_equal(fm_coord_heartbeat_ms(600.0), 5000);
     updates(c, ids, 3, 1.0f, 100, 1.0);
     assert_int_equal(fm_coordinator_round(c), 1);
     expect_rounds(c, &cfg, 1.1, 1); /* all in: commits without waiting */
