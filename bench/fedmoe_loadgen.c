@@ -2,7 +2,7 @@
  * every Task at once (or spread over --spread seconds) without training, to
  * load a real coordinator: the scale benchmark (bench/scale.sh) and the scale
  * test. Each client says Hello with data of its own (fixed counts, so equal
- * weights), heartbeats every second, and uploads the Task's model and prompt
+ * weights), heartbeats as often as the Welcome says, and uploads the Task's model and prompt
  * plus a small offset chosen by its index modulo --classes: N clients of C
  * classes average to the same global state as C clients, whatever N (the
  * coordinator's aggregation is exact and order-independent). The Update of a
@@ -30,7 +30,7 @@
 #include "fedmoe/wire.h"
 
 #define TRAIN 1200 /* every client's declared counts: train, val = train/4, test = train/3 */
-#define HEARTBEAT_S 1.0
+#define HEARTBEAT_S 1.0 /* until a Welcome says how often (Welcome.heartbeat_ms), as fedmoe-client */
 #define MAX_CLASSES 16
 
 static const uint8_t PLACEHOLDER[FM_NONCE_BYTES] = "fedmoe-loadgen!";
@@ -59,6 +59,7 @@ typedef struct {
     fm_exchange_dims_t dims;
     bool have_spec;
     bool grants; /* the coordinator grants uploads (its Welcome) */
+    double heartbeat_s; /* how often its clients beat (the Welcome's; HEARTBEAT_S before one) */
     int round; /* the round the encoded updates are for (0: none) */
     uint8_t *update[MAX_CLASSES];
     size_t update_len[MAX_CLASSES], nonce_at[MAX_CLASSES];
@@ -166,6 +167,8 @@ static void handle(lg_t *g, lg_client_t *k, const uint8_t *data, size_t len)
         }
         k->welcomed = true;
         g->grants = env->welcome->upload_grants;
+        if (env->welcome->heartbeat_ms)
+            g->heartbeat_s = env->welcome->heartbeat_ms / 1000.0;
         break;
     case FEDMOE__ENVELOPE__BODY_GRANT:
         k->granted = k->pending && env->grant->round == k->task_round;
@@ -221,7 +224,7 @@ static double send_due(lg_t *g, int index, double now)
             k->send_at = now + 0.05; /* (its queue is full: soon again) */
         }
     }
-    if (k->welcomed && now - k->last_beat >= HEARTBEAT_S) {
+    if (k->welcomed && now - k->last_beat >= g->heartbeat_s) {
         Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
         Fedmoe__Heartbeat hb = FEDMOE__HEARTBEAT__INIT;
         hb.progress = true;
@@ -233,7 +236,7 @@ static double send_due(lg_t *g, int index, double now)
         send_env(k, &env);
         k->last_beat = now;
     }
-    double next = k->welcomed ? k->last_beat + HEARTBEAT_S - now : 1.0;
+    double next = k->welcomed ? k->last_beat + g->heartbeat_s - now : 1.0;
     if (k->pending && (!g->grants || k->granted) && k->send_at - now < next)
         next = k->send_at - now;
     return next;
@@ -358,6 +361,7 @@ int main(int argc, char **argv)
 {
     static lg_t g;
     g.o = (lg_options_t){.connect = "tcp://127.0.0.1:5555", .clients = 100, .classes = 5};
+    g.heartbeat_s = HEARTBEAT_S;
     static const struct option opts[] = {
         {"connect", required_argument, 0, 'c'}, {"clients", required_argument, 0, 'n'},
         {"keys", required_argument, 0, 'k'},    {"server-key", required_argument, 0, 's'},

@@ -244,6 +244,15 @@ static void test_resume_from_checkpoint(void **state)
     finish(&c);
 }
 
+/* ids c000, c001, ... in names, pointed to by ids. */
+static void numbered_ids(char (*names)[16], const char **ids, int n)
+{
+    for (int i = 0; i < n; i++) {
+        snprintf(names[i], sizeof names[i], "c%03d", i);
+        ids[i] = names[i];
+    }
+}
+
 /* Tasks go out through the fan-out window (server/fanout.h): with more
  * participants than the window, the first `window` go at the opening, one more
  * for each taken (a progress heartbeat for the round, or an update), and the
@@ -254,10 +263,7 @@ static void test_tasks_through_window(void **state)
     enum { N = FM_FANOUT_MAX + 16 };
     char names[N][16];
     const char *ids[N];
-    for (int i = 0; i < N; i++) {
-        snprintf(names[i], sizeof names[i], "c%03d", i);
-        ids[i] = names[i];
-    }
+    numbered_ids(names, ids, N);
     fm_server_config_t cfg;
     fm_coordinator_t *c = open_run(&cfg, ids, N, N, 100); /* (a tiny model: the window is FM_FANOUT_MAX) */
     assert_int_equal(count_sent(NULL, FEDMOE__ENVELOPE__BODY_TASK, NULL), FM_FANOUT_MAX);
@@ -292,10 +298,7 @@ static void test_pool_holds_while_clients_join(void **state)
     enum { N = FM_FANOUT_MAX + 8 };
     char names[N][16];
     const char *ids[N];
-    for (int i = 0; i < N; i++) {
-        snprintf(names[i], sizeof names[i], "c%03d", i);
-        ids[i] = names[i];
-    }
+    numbered_ids(names, ids, N);
     fm_server_config_t cfg;
     small_config(&cfg, N + 1, N); /* (a partition left for the late client) */
     fm_coordinator_t *c = start(&cfg);
