@@ -157,6 +157,7 @@ static void spill(session_t *s)
         return;
     release_model(s);
     s->spilled = true;
+    fm_vhost_trim(s->cfg->host);
 }
 
 /* The way in is through (welcomed, past CONNECTING_S, or leaving): the next

@@ -50,6 +50,9 @@ void fm_vhost_connect_leave(fm_vhost_t *h);
 /* The rounds the host's clients are sent: a round older than the newest one
  * of its run is over (a round number moves on only when its round commits),
  * so what a client kept to run it again can go. */
+/* A client has freed its model: the host gives freed memory back to the
+ * system (at most every few seconds). */
+void fm_vhost_trim(fm_vhost_t *h);
 void fm_vhost_saw_round(fm_vhost_t *h, const char *run_id, int round);
 bool fm_vhost_round_over(fm_vhost_t *h, const char *run_id, int round);
 
