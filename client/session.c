@@ -25,7 +25,10 @@
 #endif
 
 #define HELLO_RETRY_S 3.0
-#define HEARTBEAT_S 1.0 /* until a Welcome says how often (Welcome.heartbeat_ms) */
+#define HEARTBEAT_S 1.0 /* until a Welcome says how often (Welcome.heartbeat_ms, taken within the two below) */
+#define HEARTBEAT_MIN_S 0.5
+#define HEARTBEAT_MAX_S 30.0
+#define CONNECTING_S 10.0 /* a virtual host's client holds its place to connect this long at most */
 
 void fm_session_config_default(fm_session_config_t *c)
 {
@@ -162,7 +165,6 @@ static void spill(session_t *s)
 
 /* The way in is through (welcomed, past CONNECTING_S, or leaving): the next
  * client of the host may connect. */
-#define CONNECTING_S 10.0
 static void connected(session_t *s)
 {
     if (s->connecting)
@@ -176,7 +178,8 @@ static fm_status handle_welcome(session_t *s, const Fedmoe__Welcome *w)
     s->away_since = 0.0;
     s->hello_due = false;
     s->grants = w->upload_grants;
-    s->heartbeat_s = w->heartbeat_ms ? w->heartbeat_ms / 1000.0 : HEARTBEAT_S;
+    double every = w->heartbeat_ms ? w->heartbeat_ms / 1000.0 : HEARTBEAT_S;
+    s->heartbeat_s = every < HEARTBEAT_MIN_S ? HEARTBEAT_MIN_S : every > HEARTBEAT_MAX_S ? HEARTBEAT_MAX_S : every;
     if (s->run_id[0] && strcmp(s->run_id, w->run_id) == 0)
         return FM_OK; /* a repeated welcome for the run we are in */
     if (s->run_id[0])
