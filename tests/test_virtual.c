@@ -7,7 +7,8 @@
  * final global state bit-identical). A virtual host killed mid-round: its
  * clients are dropped from that round and the run goes on without them;
  * restarted, they come back from the state they spilled to their state files
- * between rounds. */
+ * between rounds. An idle client's state files hold its own state alone, and
+ * fedmoe-sim runs many clients in virtual hosts. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -305,11 +306,65 @@ static void test_idle_clients_keep_their_own_state(void **state)
     free(cr);
 }
 
+/* fedmoe-sim with more clients than it runs as processes: a virtual host,
+ * said so; its clients numbered by partition, each in the round log; the
+ * client-wise Dirichlet partition gives every client the same count. */
+static void test_sim_virtual_host(void **state)
+{
+    (void)state;
+    char db[512], cmd[2048], *out;
+    snprintf(db, sizeof db, "%s/simv.db", dir);
+    snprintf(cmd, sizeof cmd,
+             "%s --clients 40 --rounds 2 --fraction 0.25 --client-dirichlet 0.5 --db %s --workdir %s/simv "
+             "--round-timeout 120 2>&1",
+             BIN("client/fedmoe-sim"), db, dir);
+    int rc = procs_capture(cmd, &out);
+    if (rc != 0)
+        fprintf(stderr, "%s\n", out);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "40 clients in 1 virtual host of up to 40"));
+    assert_non_null(strstr(out, "more than 32 clients"));
+    assert_non_null(strstr(out, "final test accuracy"));
+    free(out);
+    fm_store_t *st;
+    assert_int_equal(fm_store_open(&st, db, true), FM_OK);
+    fm_run_row_t *runs;
+    int nruns, n;
+    assert_int_equal(fm_store_list_runs(st, &runs, &nruns), FM_OK);
+    assert_int_equal(nruns, 1);
+    assert_string_equal(runs[0].status, "finished");
+    fm_round_row_t *r;
+    assert_int_equal(fm_store_list_rounds(st, runs[0].id, &r, &n), FM_OK);
+    assert_int_equal(n, 2);
+    for (int i = 0; i < 2; i++)
+        assert_true(r[i].selected == 10 && r[i].completed == 10);
+    fm_client_row_t *cl;
+    assert_int_equal(fm_store_list_clients(st, runs[0].id, &cl, &n), FM_OK);
+    assert_int_equal(n, 40);
+    for (int i = 0; i < n; i++) {
+        char want[32];
+        snprintf(want, sizeof want, "client-%05d", cl[i].partition_index);
+        assert_string_equal(cl[i].id, want);
+    }
+    free(cl);
+    fm_client_round_row_t *cr;
+    assert_int_equal(fm_store_list_client_rounds(st, runs[0].id, -1, &cr, &n), FM_OK);
+    assert_int_equal(n, 20);
+    for (int i = 0; i < n; i++) /* 70,000 / 40 each: 75% train (rounding per class) */
+        assert_true(llabs((long long)(cr[i].train_samples + cr[i].val_samples) - 1312) <= 10);
+    free(cr);
+    free(r);
+    fm_store_run_clear(&runs[0]);
+    free(runs);
+    fm_store_close(&st);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_virtual_clients_as_processes),
         cmocka_unit_test(test_idle_clients_keep_their_own_state),
+        cmocka_unit_test(test_sim_virtual_host),
         cmocka_unit_test(test_killed_host_resumes_from_spilled_state),
     };
     return procs_run_tests("virtual", tests, sizeof tests / sizeof tests[0], dir, sizeof dir);
