@@ -27,6 +27,7 @@
 #include "fedmoe/signals.h"
 #include "fedmoe/spawn.h"
 #include "fedmoe/store.h"
+#include "vhost.h"
 
 
 /* The sibling program `name`: next to this one, or in ../server, ../client. */
@@ -124,25 +125,25 @@ static int setup(sim_t *s)
 }
 
 /* Processes for a few clients, virtual hosts for many (--hosting): as many
- * hosts as the descriptor limit asks (a host holds two a client), the cores
- * shared among them. Returns 0, or the exit status. */
+ * hosts as the descriptor limit asks (fm_vhost_capacity), the cores shared
+ * among them. Returns 0, or the exit status. */
 static int choose_hosting(sim_t *s)
 {
     int n = s->o.clients;
     s->hosted = s->o.hosting == FM_HOSTING_VIRTUAL || (s->o.hosting == FM_HOSTING_AUTO && n > FM_SIM_PROCESSES_MAX);
     s->nprocs = n;
     struct rlimit rl;
-    double limit = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_max != RLIM_INFINITY ? (double)rl.rlim_max : 1e9;
-    if ((double)n + 64 > limit) {
+    long limit = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_max != RLIM_INFINITY ? (long)rl.rlim_max : 1L << 30;
+    if ((long)n + 64 > limit) {
         fprintf(stderr, "fedmoe-sim: %d clients need %d file descriptors in the coordinator; the hard limit is "
-                "%.0f (ulimit -Hn)\n", n, n + 64, limit);
+                "%ld (ulimit -Hn)\n", n, n + 64, limit);
         return 1;
     }
     if (!s->hosted)
         return 0;
-    int hosts = (int)ceil((2.0 * n + 64) / (limit - 128));
-    s->per_host = (n + hosts - 1) / hosts;
-    s->nprocs = (n + s->per_host - 1) / s->per_host;
+    int most = fm_vhost_capacity(limit);
+    s->nprocs = (n + most - 1) / most;
+    s->per_host = (n + s->nprocs - 1) / s->nprocs;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     s->workers = cores / s->nprocs > 0 ? (int)(cores / s->nprocs) : 1;
     return 0;
@@ -155,15 +156,19 @@ static void client_id(const sim_t *s, int i, char *out, size_t cap)
     snprintf(out, cap, s->hosted ? "client-%05d" : "client-%03d", i);
 }
 
-/* Client process i's log: a client's, or a host's. */
-static void proc_log(const sim_t *s, int i, char *out, size_t cap)
+/* Client process i: its log, and what it is called in messages (a client, or
+ * the host of client-NNNNN ...). */
+static void proc_names(const sim_t *s, int i, char *log, size_t cap, char *name, size_t name_cap)
 {
     char id[32];
-    client_id(s, i, id, sizeof id);
-    if (s->hosted)
-        snprintf(out, cap, "%s/host-%d.log", s->wd, i);
-    else
-        snprintf(out, cap, "%s/%s.log", s->wd, id);
+    client_id(s, s->hosted ? i * s->per_host : i, id, sizeof id);
+    if (s->hosted) {
+        snprintf(log, cap, "%s/host-%d.log", s->wd, i);
+        snprintf(name, name_cap, "the virtual host of %s", id);
+    } else {
+        snprintf(log, cap, "%s/%s.log", s->wd, id);
+        snprintf(name, name_cap, "%s", id);
+    }
 }
 
 /* dir/ID.key as it is, or a new pair written there. */
@@ -243,9 +248,9 @@ static int start(sim_t *s)
     }
     s->cpids = calloc(s->nprocs, sizeof(pid_t));
     for (int i = 0; i < s->nprocs && s->cpids; i++) {
-        char id[32], ilog[PATH_MAX + 64], spec[16], ckey[2 * PATH_MAX], count[16], part[32], workers[16];
+        char id[32], ilog[PATH_MAX + 64], name[64], spec[16], ckey[2 * PATH_MAX], count[16], part[32], workers[16];
         client_id(s, i, id, sizeof id);
-        proc_log(s, i, ilog, sizeof ilog);
+        proc_names(s, i, ilog, sizeof ilog, name, sizeof name);
         snprintf(spec, sizeof spec, "%d", s->spec.model.specialists);
         snprintf(ckey, sizeof ckey, "%s/%s.key", allow, id);
         int first = i * s->per_host, left = s->o.clients - first;
@@ -254,20 +259,16 @@ static int start(sim_t *s)
         snprintf(workers, sizeof workers, "%d", s->workers);
         /* the run's data, chosen on this machine, so the clients may read its files */
         char *cargv[24] = {s->client, "--connect", s->endpoint, "--state-dir", s->wd, "--specialists", spec,
-                           "--dataset", s->spec.dataset, "--server-key", spub};
-        int a = 11;
+                           "--dataset", s->spec.dataset, "--server-key", spub, "--id", s->hosted ? "client" : id};
+        int a = 13;
         if (s->hosted) {
-            char *more[] = {"--id", "client", "--virtual", count, "--partition", part, "--workers", workers, "--keys",
-                            allow};
-            memcpy(cargv + a, more, sizeof more);
-            a += 10;
-        } else {
-            char *more[] = {"--id", id, "--key", ckey};
-            memcpy(cargv + a, more, sizeof more);
-            a += 4;
+            cargv[a++] = "--virtual", cargv[a++] = count, cargv[a++] = "--partition", cargv[a++] = part;
+            cargv[a++] = "--workers", cargv[a++] = workers;
         }
-        if (s->o.insecure) /* (in place of the keys) */
-            cargv[a - 2] = "--insecure", cargv[a - 1] = NULL;
+        if (s->o.insecure)
+            cargv[a++] = "--insecure";
+        else
+            cargv[a++] = s->hosted ? "--keys" : "--key", cargv[a++] = s->hosted ? allow : ckey;
         s->cpids[i] = fm_spawn_logged(cargv, ilog, false);
     }
     if (s->hosted)
@@ -294,11 +295,9 @@ static void check_clients(sim_t *s, bool server_done)
             int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
             s->cpids[i] = 0;
             if (code != 0 && !server_done) {
-                char clog[PATH_MAX + 64], id[32];
-                proc_log(s, i, clog, sizeof clog);
-                client_id(s, i, id, sizeof id);
-                fprintf(stderr, "fedmoe-sim: %s%s exited with status %d; the end of %s:\n",
-                        s->hosted ? "the virtual host of " : "", id, code, clog);
+                char clog[PATH_MAX + 64], name[64];
+                proc_names(s, i, clog, sizeof clog, name, sizeof name);
+                fprintf(stderr, "fedmoe-sim: %s exited with status %d; the end of %s:\n", name, code, clog);
                 tail_file(clog, 4);
                 s->client_failed = true;
                 kill(s->spid, SIGTERM);

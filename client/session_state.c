@@ -85,6 +85,13 @@ void sess_snap_restore(session_t *s, const snapshot_t *n)
     *fm_trainer_rng(s->trainer) = n->rng;
 }
 
+/* Whether a snapshot file holds p's weights (in group g): all but those a
+ * Task brings, which the strategy federates. */
+static bool kept_weight(const session_t *s, const fm_param_t *p, int g)
+{
+    return p->group == (fm_group_id)g && !fm_strategy_federates(s->spec.strategy, p);
+}
+
 static void put_snapshot(fm_ckpt_writer_t *w, session_t *s, const snapshot_t *n)
 {
     fm_params_t *ps = fm_model_params(s->model);
@@ -100,8 +107,8 @@ static void put_snapshot(fm_ckpt_writer_t *w, session_t *s, const snapshot_t *n)
     fm_ckpt_put_u32(w, (uint32_t)n->rng.used);
     for (int g = 0; g < FM_GROUP_COUNT; g++) {
         fm_ckpt_put_u64(w, ps->groups[g].size);
-        for (int i = 0; i < ps->count; i++) /* the weights but those a Task brings */
-            if (ps->params[i].group == (fm_group_id)g && !fm_strategy_federates(s->spec.strategy, &ps->params[i]))
+        for (int i = 0; i < ps->count; i++)
+            if (kept_weight(s, &ps->params[i], g))
                 fm_ckpt_put_floats(w, n->a[g][0] + ps->params[i].offset, ps->params[i].size);
         for (int k = 1; k < 3; k++)
             fm_ckpt_put_floats(w, n->a[g][k], ps->groups[g].size);
@@ -116,7 +123,7 @@ static bool get_weights(fm_ckpt_reader_t *r, session_t *s, int g, float *a)
     memset(a, 0, 4 * ps->groups[g].size);
     bool ok = true;
     for (int i = 0; ok && i < ps->count; i++)
-        if (ps->params[i].group == (fm_group_id)g && !fm_strategy_federates(s->spec.strategy, &ps->params[i]))
+        if (kept_weight(s, &ps->params[i], g))
             ok = fm_ckpt_get_floats(r, a + ps->params[i].offset, ps->params[i].size);
     return ok;
 }
@@ -215,11 +222,10 @@ static fm_status read_snapshot(session_t *s, const char *path, snapshot_t *n)
     return st;
 }
 
-/* The state files: the state after the last round, and the state before it
- * when its .pre is of that round. */
-static fm_status read_state(session_t *s, snapshot_t *now, snapshot_t *pre, char *path, size_t cap)
+/* The state files: the state after the last round (path), and the state
+ * before it when its .pre is of that round. */
+static fm_status read_state(session_t *s, const char *path, snapshot_t *now, snapshot_t *pre)
 {
-    state_path(s, "state", path, cap);
     fm_status st = read_snapshot(s, path, now);
     char pre_path[1200];
     state_path(s, "pre", pre_path, sizeof pre_path);
@@ -240,7 +246,7 @@ void sess_load_state(session_t *s, bool restart)
     if (access(path, F_OK) != 0)
         return;
     snapshot_t now = {.round = -1}, pre = {.round = -1};
-    if (read_state(s, &now, &pre, path, sizeof path) == FM_OK) {
+    if (read_state(s, path, &now, &pre) == FM_OK) {
         sess_snap_restore(s, &now);
         s->last_round = now.round;
         sess_snap_free(&s->pre);

@@ -11,7 +11,6 @@
 #include <zmq.h>
 
 #include "fedmoe/clock.h"
-
 #include "fedmoe/log.h"
 
 #define STACK_BYTES ((size_t)2 << 20) /* a client thread's stack (training uses the heap) */
@@ -87,8 +86,9 @@ struct fm_vhost {
     char why[512];
     gate_t turn;    /* trainings at once: the workers */
     gate_t connect; /* clients connecting at once (CONNECTING_MAX) */
-    double trimmed;   /* when freed memory was last given back (under data_lock) */
-    char run_id[64];  /* the newest round any client was sent, and its run (under data_lock) */
+    pthread_mutex_t lock; /* (not data_lock, held while the dataset loads) for: */
+    double trimmed;       /* when freed memory was last given back */
+    char run_id[64];      /* the newest round any client was sent, and its run */
     int newest_round;
 };
 
@@ -149,31 +149,31 @@ void fm_vhost_connect_leave(fm_vhost_t *h) { gate_leave(&h->connect); }
 
 void fm_vhost_trim(fm_vhost_t *h)
 {
-    pthread_mutex_lock(&h->data_lock);
+    pthread_mutex_lock(&h->lock);
     double now = fm_clock_seconds();
     bool due = now - h->trimmed >= TRIM_EVERY_S;
     h->trimmed = due ? now : h->trimmed;
-    pthread_mutex_unlock(&h->data_lock);
+    pthread_mutex_unlock(&h->lock);
     if (due)
         malloc_trim(0);
 }
 
 void fm_vhost_saw_round(fm_vhost_t *h, const char *run_id, int round)
 {
-    pthread_mutex_lock(&h->data_lock);
+    pthread_mutex_lock(&h->lock);
     if (strcmp(h->run_id, run_id) != 0) {
         snprintf(h->run_id, sizeof h->run_id, "%s", run_id);
         h->newest_round = 0;
     }
     h->newest_round = round > h->newest_round ? round : h->newest_round;
-    pthread_mutex_unlock(&h->data_lock);
+    pthread_mutex_unlock(&h->lock);
 }
 
 bool fm_vhost_round_over(fm_vhost_t *h, const char *run_id, int round)
 {
-    pthread_mutex_lock(&h->data_lock);
+    pthread_mutex_lock(&h->lock);
     bool over = strcmp(h->run_id, run_id) == 0 && round < h->newest_round;
-    pthread_mutex_unlock(&h->data_lock);
+    pthread_mutex_unlock(&h->lock);
     return over;
 }
 
@@ -193,7 +193,7 @@ static void *client_main(void *arg)
 static fm_status enough_descriptors(int n)
 {
     struct rlimit rl;
-    rlim_t need = (rlim_t)n * 2 + 64;
+    rlim_t need = (rlim_t)fm_vhost_descriptors(n);
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
         return FM_OK;
     if (rl.rlim_cur < need) {
@@ -240,6 +240,7 @@ fm_status fm_vhost_run(const fm_session_config_t *base, const fm_vhost_config_t 
      * keeping the freed memory of the models they built would hold gigabytes */
     mallopt(M_ARENA_MAX, workers + 1);
     pthread_mutex_init(&h.data_lock, NULL);
+    pthread_mutex_init(&h.lock, NULL);
     vclient_t *v = calloc((size_t)n, sizeof *v);
     fm_status st = v ? enough_descriptors(n) : FM_ERR_NOMEM;
     if (st == FM_OK && !(h.ctx = zmq_ctx_new()))

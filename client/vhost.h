@@ -28,6 +28,18 @@ typedef struct {
     int first_partition;  /* client i takes partition first + i; -1: assigned by the coordinator */
 } fm_vhost_config_t;
 
+/* The file descriptors a host of n clients needs (a socket's and its
+ * connection's each, and a margin), and the clients a host can hold under a
+ * limit of that many (at least one): fedmoe-sim sizes its hosts by it. */
+#define FM_VHOST_FDS_EACH 2
+#define FM_VHOST_FDS_MARGIN 64
+static inline long fm_vhost_descriptors(int n) { return (long)FM_VHOST_FDS_EACH * n + FM_VHOST_FDS_MARGIN; }
+static inline int fm_vhost_capacity(long limit)
+{
+    long n = (limit - FM_VHOST_FDS_MARGIN) / FM_VHOST_FDS_EACH;
+    return n < 1 ? 1 : n > 1000000 ? 1000000 : (int)n;
+}
+
 /* Runs N clients like base (client i's id is base->id-NNNNN, NNNNN its
  * partition first + i, or i when the coordinator assigns them; its key
  * keys/ID.key) until all have ended or *stop. FM_OK when every client ended
@@ -47,12 +59,12 @@ void fm_vhost_train_leave(fm_vhost_t *h);
  * *stop is set. */
 bool fm_vhost_connect_enter(fm_vhost_t *h, volatile sig_atomic_t *stop);
 void fm_vhost_connect_leave(fm_vhost_t *h);
-/* The rounds the host's clients are sent: a round older than the newest one
- * of its run is over (a round number moves on only when its round commits),
- * so what a client kept to run it again can go. */
 /* A client has freed its model: the host gives freed memory back to the
  * system (at most every few seconds). */
 void fm_vhost_trim(fm_vhost_t *h);
+/* The rounds the host's clients are sent: a round older than the newest one
+ * of its run is over (a round number moves on only when its round commits),
+ * so what a client kept to run it again can go. */
 void fm_vhost_saw_round(fm_vhost_t *h, const char *run_id, int round);
 bool fm_vhost_round_over(fm_vhost_t *h, const char *run_id, int round);
 

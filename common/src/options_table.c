@@ -66,10 +66,16 @@ static fm_status set_clip(fm_options_t *o, const char *flag, const char *v)
 static void show_clip(const fm_options_t *o, char *buf, size_t cap) { fm_clip_norm_name(o->spec->clip_norm, buf, cap); }
 
 /* The partition scheme: three flags, each choosing the scheme and its parameter. */
+/* Either Dirichlet scheme and its concentration. */
+static fm_status set_alpha(fm_options_t *o, fm_partition_kind kind, const char *flag, const char *v)
+{
+    o->spec->part.kind = kind;
+    return fm_arg_double(flag, v, 1e-4, 1e4, &o->spec->part.alpha);
+}
+
 static fm_status set_dirichlet(fm_options_t *o, const char *flag, const char *v)
 {
-    o->spec->part.kind = FM_PARTITION_DIRICHLET;
-    return fm_arg_double(flag, v, 1e-4, 1e4, &o->spec->part.alpha);
+    return set_alpha(o, FM_PARTITION_DIRICHLET, flag, v);
 }
 
 static void show_dirichlet(const fm_options_t *o, char *buf, size_t cap)
@@ -88,8 +94,7 @@ static void show_hosting(const fm_options_t *o, char *buf, size_t cap)
 
 static fm_status set_client_dirichlet(fm_options_t *o, const char *flag, const char *v)
 {
-    o->spec->part.kind = FM_PARTITION_CLIENT_DIRICHLET;
-    return fm_arg_double(flag, v, 1e-4, 1e4, &o->spec->part.alpha);
+    return set_alpha(o, FM_PARTITION_CLIENT_DIRICHLET, flag, v);
 }
 
 static fm_status set_pathological(fm_options_t *o, const char *flag, const char *v)
