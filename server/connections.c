@@ -5,8 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <arpa/inet.h>
+#include <linux/sockios.h>
 #include <linux/tcp.h>
 #include <netinet/in.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <zmq.h>
 
@@ -28,6 +30,7 @@ struct fm_conns {
     void *watched, *events;
     int cap, open;
     uint64_t backlog; /* bytes a connection may send without completing a message */
+    uint32_t silent_ms; /* how long a connection may send nothing at all */
     conn_t *by_fd;
     int nfd;
     double last_check;
@@ -35,8 +38,9 @@ struct fm_conns {
 };
 
 /* Bytes the kernel has received on fd (in order, whether or not libzmq has
- * read them); false when fd is not TCP (ipc). */
-static bool received(int fd, uint64_t *bytes)
+ * read them) and the milliseconds since it last received any; false when fd is
+ * not TCP (ipc). */
+static bool received(int fd, uint64_t *bytes, uint32_t *idle_ms)
 {
     struct tcp_info ti;
     socklen_t len = sizeof ti;
@@ -45,6 +49,8 @@ static bool received(int fd, uint64_t *bytes)
         len < offsetof(struct tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received)
         return false;
     *bytes = ti.tcpi_bytes_received;
+    if (idle_ms)
+        *idle_ms = ti.tcpi_last_data_recv;
     return true;
 }
 
@@ -65,7 +71,7 @@ static void track(fm_conns_t *c, int fd, const char *addr)
     }
     conn_t *k = &c->by_fd[fd];
     memset(k, 0, sizeof *k);
-    k->open = received(fd, &k->base);
+    k->open = received(fd, &k->base, NULL);
     /* the peer's address (the event names the listening endpoint) */
     struct sockaddr_storage sa;
     socklen_t sl = sizeof sa;
@@ -82,7 +88,7 @@ static void track(fm_conns_t *c, int fd, const char *addr)
         snprintf(k->addr, sizeof k->addr, "%.63s", addr);
 }
 
-fm_status fm_conns_open(fm_conns_t **out, void *ctx, void *sock, int cap, size_t max_message)
+fm_status fm_conns_open(fm_conns_t **out, void *ctx, void *sock, int cap, size_t max_message, double silent_s)
 {
     *out = NULL;
     fm_conns_t *c = calloc(1, sizeof *c);
@@ -105,6 +111,7 @@ fm_status fm_conns_open(fm_conns_t **out, void *ctx, void *sock, int cap, size_t
     c->watched = sock;
     c->cap = cap;
     c->backlog = 2 * (uint64_t)max_message + (1u << 20);
+    c->silent_ms = silent_s < 1.0 ? 1000u : silent_s > 3600.0 ? 3600000u : (uint32_t)(silent_s * 1000.0);
     *out = c;
     return FM_OK;
 }
@@ -157,6 +164,15 @@ void fm_conns_heard(fm_conns_t *c, int fd)
         c->by_fd[fd].heard = true;
 }
 
+/* Shuts fd (libzmq then reads its end and closes it), saying why. */
+static void cut(fm_conns_t *c, conn_t *k, int fd, double now, const char *why)
+{
+    shutdown(fd, SHUT_RDWR);
+    k->open = false;
+    if (fm_log_limit_take(&c->cut, now, REFUSALS_PER_SECOND, "closed connections"))
+        fm_warn("connection from %s closed: %s", k->addr, why);
+}
+
 void fm_conns_check(fm_conns_t *c, double now)
 {
     double every = c->open / CHECKS_PER_S > CHECK_EVERY_S ? c->open / CHECKS_PER_S : CHECK_EVERY_S;
@@ -166,18 +182,25 @@ void fm_conns_check(fm_conns_t *c, double now)
     for (int fd = 0; fd < c->nfd; fd++) {
         conn_t *k = &c->by_fd[fd];
         uint64_t got;
-        if (!k->open || !received(fd, &got))
+        uint32_t idle;
+        int unread = 0;
+        if (!k->open || !received(fd, &got, &idle))
             continue;
         if (k->heard) { /* (everything received so far may have been its messages) */
             k->heard = false;
             k->base = got;
         } else if (got > k->base && got - k->base > c->backlog) {
-            shutdown(fd, SHUT_RDWR);
-            k->open = false;
-            if (fm_log_limit_take(&c->cut, now, REFUSALS_PER_SECOND, "closed connections"))
-                fm_warn("connection from %s closed: %llu bytes received without a complete message (an "
-                        "unfinished multipart message?), more than the %llu allowed",
-                        k->addr, (unsigned long long)(got - k->base), (unsigned long long)c->backlog);
+            char why[160];
+            snprintf(why, sizeof why, "%llu bytes received without a complete message (an unfinished multipart "
+                     "message?), more than the %llu allowed",
+                     (unsigned long long)(got - k->base), (unsigned long long)c->backlog);
+            cut(c, k, fd, now, why);
+        } else if (idle > c->silent_ms && ioctl(fd, SIOCINQ, &unread) == 0 && unread == 0) {
+            /* (nothing waits unread: the silence is the peer's, not a full queue of ours) */
+            char why[160];
+            snprintf(why, sizeof why, "nothing received for %.1f s (the most is %.1f s): a peer gone without "
+                     "closing, or stopped", idle / 1000.0, c->silent_ms / 1000.0);
+            cut(c, k, fd, now, why);
         }
     }
 }

@@ -19,7 +19,15 @@
  * each TCP connection has received (TCP_INFO) and shuts a connection that has
  * received more than twice the largest message plus 1 MiB since a message of
  * its was last delivered (fm_conns_heard, from the message's ZMQ_SRCFD). An
- * honest client completes a message every second (its heartbeat). */
+ * honest client completes a message every few seconds (its heartbeat).
+ *
+ * The same check closes a connection from which the kernel has received
+ * nothing at all for `silent_s` while nothing of its waits unread: a peer whose
+ * machine or network died without closing, or that is stopped. This is what
+ * tells the coordinator a connection is dead; it sends no ZMTP heartbeats of
+ * its own (libzmq 4.3.4 cancels each heartbeat's timer by a linear search of
+ * all of them: with thousands of connections, a third of the coordinator's
+ * CPU), and TCP alone would keep a silently dead peer's descriptor for hours. */
 #ifndef FEDMOE_CONNECTIONS_H
 #define FEDMOE_CONNECTIONS_H
 
@@ -31,16 +39,18 @@
 typedef struct fm_conns fm_conns_t;
 
 /* Watches sock (a bound or about to be bound socket of ctx) with a cap of
- * `cap` connections, whose messages are at most max_message bytes. Caller
- * closes with fm_conns_close before closing sock. */
-fm_status fm_conns_open(fm_conns_t **out, void *ctx, void *sock, int cap, size_t max_message);
+ * `cap` connections, whose messages are at most max_message bytes, silent for
+ * at most silent_s seconds (1 s to an hour). Caller closes with fm_conns_close
+ * before closing sock. */
+fm_status fm_conns_open(fm_conns_t **out, void *ctx, void *sock, int cap, size_t max_message, double silent_s);
 /* The socket to poll for events (owned by the counter). */
 void *fm_conns_socket(fm_conns_t *c);
 /* Handles every waiting event; `now` for rate-limited log lines. */
 void fm_conns_handle(fm_conns_t *c, double now);
 /* A message from descriptor fd (its ZMQ_SRCFD) was delivered. */
 void fm_conns_heard(fm_conns_t *c, int fd);
-/* Shuts connections holding more than their bound of undelivered bytes;
+/* Shuts connections holding more than their bound of undelivered bytes, and
+ * silent ones;
  * does the work at most every CHECK_EVERY_S (call it every loop). */
 void fm_conns_check(fm_conns_t *c, double now);
 /* Connections open now. */

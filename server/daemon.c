@@ -2,6 +2,7 @@
  * handler that admits peers by key, and one zmq_poll loop that feeds the
  * coordinator object messages and clock ticks. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,11 @@
 
 #define POLL_S 0.05 /* also how often connections are checked (connections.h) */
 #define DROPS_PER_SECOND 20
+/* a connection that sends nothing for two client timeouts, and at least 10 s
+ * (a client repeats its Hello every 3 s until it is welcomed), is closed
+ * (connections.h) */
+#define SILENT_TIMEOUTS 2.0
+#define SILENT_MIN_S 10.0
 
 static fm_log_limit_t drops; /* messages dropped unread: at most DROPS_PER_SECOND logged */
 
@@ -127,19 +133,6 @@ static void drain(fm_coordinator_t *c, daemon_t *d, const fm_zap_t *zap)
  * heartbeats can abort libzmq 4.3.4 (stream_engine_base.cpp:331) when a
  * taken-over connection is reset. (With CURVE, routing ids name nobody: see
  * routes.h.) */
-/* The interval of the coordinator's ZMTP heartbeats for `conns` connections:
- * 2 s up to 500, then growing with them (to 30 s at 7,500). libzmq 4.3.4
- * cancels a connection's heartbeat timeout with a linear search of all its
- * timers (poller_base_t::cancel_timer), once per connection per interval: the
- * I/O thread's work grows with the square of the connections (2,000 clients
- * at 2 s: 10% of the coordinator's CPU in that search). Dead peers are then
- * noticed after the interval plus the timeout. */
-static int heartbeat_ms(int conns)
-{
-    int ms = conns / 250 * 1000;
-    return ms < 2000 ? 2000 : ms > 30000 ? 30000 : ms;
-}
-
 static void *open_socket(void *ctx, const fm_server_config_t *cfg, const fm_key_t *own, size_t max_message,
                          int max_conns)
 {
@@ -153,9 +146,10 @@ static void *open_socket(void *ctx, const fm_server_config_t *cfg, const fm_key_
     zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &maxsz, sizeof maxsz);
     zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
     fm_wire_tune_socket(sock);
-    int ivl = heartbeat_ms(max_conns), timeout = ivl < 10000 ? 10000 : ivl;
-    zmq_setsockopt(sock, ZMQ_HEARTBEAT_IVL, &ivl, sizeof ivl);
-    zmq_setsockopt(sock, ZMQ_HEARTBEAT_TIMEOUT, &timeout, sizeof timeout);
+    /* no ZMTP heartbeats: dead connections are found by their silence
+     * (connections.h), without libzmq's per-connection timers */
+    int off = 0;
+    zmq_setsockopt(sock, ZMQ_HEARTBEAT_IVL, &off, sizeof off);
     /* a listen queue for every connection at once (the kernel caps it at
      * net.core.somaxconn): with libzmq's 100, thousands of clients starting
      * together overflowed it, and the dropped handshakes came back as a storm
@@ -237,7 +231,8 @@ fm_status fm_coordinator_run(const fm_server_config_t *cfg, volatile sig_atomic_
                 "join, read and change the model",
                 cfg->bind);
     if (!(d.sock = open_socket(ctx, cfg, &own, fm_coordinator_max_message(c), max_conns)) ||
-        fm_conns_open(&d.conns, ctx, d.sock, max_conns, fm_coordinator_max_message(c)) != FM_OK) {
+        fm_conns_open(&d.conns, ctx, d.sock, max_conns, fm_coordinator_max_message(c),
+                      fmax(SILENT_TIMEOUTS * cfg->client_timeout, SILENT_MIN_S)) != FM_OK) {
         st = FM_ERR_IO;
         goto out;
     }
