@@ -20,6 +20,7 @@
 #include "fedmoe/rng.h"
 #include "fedmoe/runspec.h"
 #include "fedmoe/train.h"
+#include "gradcheck.h"
 
 #define BATCH 6
 
@@ -95,83 +96,23 @@ static void set_random_nonlocal(fm_model_t *m, int K, uint64_t seed)
     free(p);
 }
 
-/* Perturbs the routers, the gating, every bias and every LayerNorm away from
- * their initial values (small, zero or one) so every term carries gradient. */
-static void randomize_local(fm_model_t *m, uint64_t seed)
-{
-    fm_params_t *ps = fm_model_params(m);
-    fm_rng_t r;
-    fm_rng_init(&r, seed, 5);
-    for (int i = 0; i < ps->count; i++) {
-        fm_param_t *p = &ps->params[i];
-        if (p->role == FM_ROLE_ROUTER || p->role == FM_ROLE_GATING || p->role == FM_ROLE_NORM ||
-            p->kind == FM_KIND_BIAS)
-            for (size_t j = 0; j < p->size; j++)
-                p->view->w[j] += 0.5f * (2.0f * fm_rng_uniform(&r) - 1.0f);
-    }
-}
-
 /* A model of c made with run seed `seed`, its local group randomized, K random
  * non-local prompts set; *b a random batch from batch_seed. */
 static fm_model_t *ready_model(const fm_model_config_t *c, uint64_t seed, int K, uint64_t batch_seed, batch_t *b)
 {
     fm_model_t *m = NULL;
     assert_int_equal(fm_model_new(&m, c, seed, fm_rng_stream(FM_STREAM_LOCAL, 0)), FM_OK);
-    randomize_local(m, 3);
+    fm_test_unsettle(m, 3);
     set_random_nonlocal(m, K, 4);
     *b = make_batch(c, batch_seed);
     return m;
 }
 
-/* Checks every parameter view; returns how many coordinates were compared. */
+/* Checks every parameter view (gradcheck.h); returns how many coordinates were compared. */
 static int gradcheck(fm_model_t *m, batch_t *b, bool with_lb)
 {
-    fm_params_t *ps = fm_model_params(m);
-    fm_params_zero_grad(ps);
-    fwd(m, b, with_lb, NULL);
-    uint64_t sig = fm_model_branch_signature(m);
-    fm_model_backward(m, FM_LEVEL_LOWER | FM_LEVEL_UPPER);
-    float *ana[FM_GROUP_COUNT];
-    for (int g = 0; g < FM_GROUP_COUNT; g++) {
-        ana[g] = malloc(sizeof(float) * (ps->groups[g].size + 1));
-        memcpy(ana[g], ps->groups[g].g, sizeof(float) * ps->groups[g].size);
-    }
-    int checked = 0, skipped = 0, failed = 0;
-    const float h = 1e-2f;
-    for (int i = 0; i < ps->count; i++) {
-        fm_param_t *p = &ps->params[i];
-        size_t step = p->size > 12 ? p->size / 12 : 1;
-        int nonzero = 0;
-        for (size_t j = 0; j < p->size; j += step) {
-            float *w = p->view->w + j, keep = *w;
-            *w = keep + h;
-            float lp = fwd(m, b, with_lb, NULL);
-            uint64_t sp = fm_model_branch_signature(m);
-            *w = keep - h;
-            float lm = fwd(m, b, with_lb, NULL);
-            uint64_t sm = fm_model_branch_signature(m);
-            *w = keep;
-            if (sp != sig || sm != sig) {
-                skipped++; /* a routing / pooling / ReLU choice flipped: not differentiable here */
-                continue;
-            }
-            float num = (lp - lm) / (2 * h), an = ana[p->group][p->offset + j];
-            float tol = 2e-3f + 3e-2f * fmaxf(fabsf(num), fabsf(an));
-            if (fabsf(num - an) > tol) {
-                failed++;
-                fprintf(stderr, "  %s[%zu]: analytic %.6g numeric %.6g\n", p->name, j, an, num);
-            }
-            nonzero += fabsf(an) > 1e-7f;
-            checked++;
-        }
-        (void)nonzero;
-    }
-    for (int g = 0; g < FM_GROUP_COUNT; g++)
-        free(ana[g]);
-    fprintf(stderr, "  gradcheck: %d coordinates compared, %d skipped at branch points\n", checked, skipped);
-    assert_int_equal(failed, 0);
-    assert_true(skipped * 10 < checked);
-    return checked;
+    fm_batch_t fb = whole(m, b);
+    return fm_test_gradcheck(m, &fb, with_lb, 1e-2f, 12, 2e-3f);
 }
 
 /* The gradient of the parameters with one of the roles in `roles` (a bit mask of

@@ -469,14 +469,20 @@ fm_status fm_dataset_subset(fm_dataset_t *out, const fm_dataset_t *src, const ui
     out->classes = src->classes;
     out->img_h = src->img_h;
     out->img_w = src->img_w;
-    out->x = malloc(sizeof(float) * (n ? n : 1) * src->dim);
+    size_t row = src->tok ? (size_t)src->dim + 1 : sizeof(float) * src->dim;
+    void *rows = malloc((n ? n : 1) * row);
     out->y = malloc(n ? n : 1);
-    if (!out->x || !out->y) {
+    if (src->tok)
+        out->tok = rows;
+    else
+        out->x = rows;
+    if (!rows || !out->y) {
         fm_dataset_free(out);
         return FM_ERR_NOMEM;
     }
+    const char *from = src->tok ? (const char *)src->tok : (const char *)src->x;
     for (size_t i = 0; i < n; i++) {
-        memcpy(out->x + i * src->dim, src->x + (size_t)idx[i] * src->dim, sizeof(float) * src->dim);
+        memcpy((char *)rows + i * row, from + (size_t)idx[i] * row, row);
         out->y[i] = src->y[idx[i]];
     }
     out->n = n;
@@ -494,6 +500,7 @@ void fm_dataset_gather(const fm_dataset_t *ds, const uint32_t *idx, int B, float
 void fm_dataset_free(fm_dataset_t *ds)
 {
     free(ds->x);
+    free(ds->tok);
     free(ds->y);
     memset(ds, 0, sizeof *ds);
 }

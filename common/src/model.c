@@ -17,7 +17,7 @@
 #include "model_internal.h"
 
 /* Indexed by fm_model_family_kind. */
-static const fm_model_family_t *const families[] = {&fm_family_image};
+static const fm_model_family_t *const families[] = {&fm_family_image, &fm_family_text};
 #define FAMILY_COUNT ((int)(sizeof families / sizeof families[0]))
 
 FM_ARG_ENUM_NAMES(fm_stem_kind, fm_stem_name, fm_stem_parse, "mlp", "cnn")
@@ -43,6 +43,7 @@ void fm_model_config_default(fm_model_config_t *c)
     c->prompt_dim = 64;
     c->text_hidden = 256;
     c->heads = 8;
+    c->context = 128;
     c->max_nonlocal = 4;
     c->attn_scale = 10.0f;
     c->lambda = 0.5f;
@@ -120,6 +121,63 @@ void fm_model_init_params(fm_model_t *m, uint64_t seed, uint64_t local_stream)
             fm_rng_fill_uniform(r, w, p->size, 1.0f / sqrtf((float)p->cols));
         }
     }
+}
+
+/* ---- the batch workspace ------------------------------------------------------ */
+
+void *fm_layout_take(fm_layout_t *L, size_t bytes)
+{
+    L->off = (L->off + 63) & ~(size_t)63;
+    void *p = L->base ? L->base + L->off : NULL;
+    L->off += bytes;
+    return p;
+}
+
+static void *alloc_zeroed(size_t bytes)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes) != 0)
+        return NULL;
+    memset(p, 0, bytes);
+    return p;
+}
+
+double fm_workspace_measure(fm_workspace_t *ws, fm_model_t *m, int B, fm_layout_fn layout)
+{
+    fm_layout_t act = {NULL, 0}, grad = {NULL, 0};
+    layout(m, B, &act, &grad); /* (measuring sets the buffer pointers: laid out again below) */
+    double bytes = (double)act.off + (double)grad.off;
+    fm_layout_t a = {ws->act, 0}, g = {ws->grad, 0};
+    if (ws->B > 0)
+        layout(m, ws->B, &a, &g);
+    return bytes;
+}
+
+fm_status fm_workspace_ensure(fm_workspace_t *ws, fm_model_t *m, int B, fm_layout_fn layout)
+{
+    if (B <= ws->B)
+        return FM_OK;
+    fm_layout_t act = {NULL, 0}, grad = {NULL, 0};
+    layout(m, B, &act, &grad);
+    void *pa = alloc_zeroed(act.off + 64), *pg = alloc_zeroed(grad.off + 64);
+    if (!pa || !pg) {
+        free(pa);
+        free(pg);
+        return FM_ERR_NOMEM;
+    }
+    fm_workspace_free(ws);
+    *ws = (fm_workspace_t){B, pa, pg};
+    act = (fm_layout_t){pa, 0};
+    grad = (fm_layout_t){pg, 0};
+    layout(m, B, &act, &grad);
+    return FM_OK;
+}
+
+void fm_workspace_free(fm_workspace_t *ws)
+{
+    free(ws->act);
+    free(ws->grad);
+    *ws = (fm_workspace_t){0, NULL, NULL};
 }
 
 /* ---- dispatch ---------------------------------------------------------------- */

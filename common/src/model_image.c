@@ -24,21 +24,17 @@ static fm_status register_params(fm_image_t *m)
 {
     fm_status st = fm_stem_register(m);
     for (int l = 0; l < m->base.cfg.blocks && st == FM_OK; l++)
-        st = fm_moe_register(m, l);
+        st = fm_moe_register(&m->base, &m->moe, l);
     return st == FM_OK ? fm_head_register(m) : st;
 }
 
 static void image_destroy(fm_model_t *mm)
 {
     fm_image_t *m = (fm_image_t *)mm;
-    if (m->blocks)
-        for (int l = 0; l < m->base.cfg.blocks; l++)
-            free(m->blocks[l].experts);
-    free(m->blocks);
+    fm_moe_free(&m->moe);
     fm_params_free(&m->base.ps);
     fm_head_free(m);
-    free(m->act_arena);
-    free(m->grad_arena);
+    fm_workspace_free(&m->ws);
     free(m);
 }
 
@@ -52,17 +48,11 @@ static fm_status image_create(fm_model_t **out, const fm_model_config_t *cfg, ui
     fm_status st = FM_ERR_NOMEM;
     m->base.family = &fm_family_image;
     m->base.cfg = *cfg;
-    m->E = cfg->generalists + cfg->specialists;
-    m->k = cfg->top_k < m->E ? cfg->top_k : m->E;
     m->hd = cfg->d / cfg->heads;
     m->base.gate_level = cfg->gating_on_validation ? FM_LEVEL_UPPER : FM_LEVEL_LOWER;
     fm_stem_geometry(m);
-    m->blocks = calloc(cfg->blocks ? cfg->blocks : 1, sizeof(fm_block_t));
-    if (!m->blocks)
+    if (fm_moe_init(&m->moe, &m->base.cfg) != FM_OK)
         goto fail;
-    for (int l = 0; l < cfg->blocks; l++)
-        if (!(m->blocks[l].experts = calloc(m->E, sizeof(fm_expert_t))))
-            goto fail;
     if ((st = register_params(m)) != FM_OK || (st = fm_params_alloc(&m->base.ps)) != FM_OK)
         goto fail;
     fm_model_init_params(&m->base, seed, local_stream);
@@ -79,69 +69,24 @@ fail:
 
 /* ---- workspace ------------------------------------------------------------- */
 
-void *fm_layout_take(fm_layout_t *L, size_t bytes)
-{
-    L->off = (L->off + 63) & ~(size_t)63;
-    void *p = L->base ? L->base + L->off : NULL;
-    L->off += bytes;
-    return p;
-}
-
 /* Lays out every batch buffer in the two arenas (act, grad); with NULL bases it
  * only measures. */
-static void layout_workspace(fm_image_t *m, int B, fm_layout_t *act, fm_layout_t *grad)
+static void layout_workspace(fm_model_t *mm, int B, fm_layout_t *act, fm_layout_t *grad)
 {
+    fm_image_t *m = (fm_image_t *)mm;
     FM_TAKE(act, m->h, float, (size_t)B * m->base.cfg.d);
     FM_TAKE(grad, m->dh, float, (size_t)B * m->base.cfg.d);
     FM_TAKE(act, m->xbuf, float, (size_t)B * m->base.cfg.in_dim);
     FM_TAKE(act, m->ybuf, uint8_t, (size_t)B);
     fm_stem_layout(m, B, act, grad);
-    fm_moe_layout(m, B, act, grad);
+    fm_moe_layout(&m->moe, B, act, grad);
     fm_head_layout(m, B, act, grad);
-}
-
-static void *alloc_zeroed(size_t bytes)
-{
-    void *p = NULL;
-    if (posix_memalign(&p, 64, bytes) != 0)
-        return NULL;
-    memset(p, 0, bytes);
-    return p;
 }
 
 static double image_workspace(const fm_model_t *mm, int B)
 {
     fm_image_t *m = (fm_image_t *)mm;
-    fm_layout_t act = {NULL, 0}, grad = {NULL, 0};
-    layout_workspace(m, B, &act, &grad); /* (measuring sets the buffer pointers: laid out again below) */
-    double bytes = (double)act.off + (double)grad.off;
-    fm_layout_t a = {m->act_arena, 0}, g = {m->grad_arena, 0};
-    if (m->ws_B > 0)
-        layout_workspace(m, m->ws_B, &a, &g);
-    return bytes;
-}
-
-static fm_status ensure_workspace(fm_image_t *m, int B)
-{
-    if (B <= m->ws_B)
-        return FM_OK;
-    fm_layout_t act = {NULL, 0}, grad = {NULL, 0};
-    layout_workspace(m, B, &act, &grad);
-    void *pa = alloc_zeroed(act.off + 64), *pg = alloc_zeroed(grad.off + 64);
-    if (!pa || !pg) {
-        free(pa);
-        free(pg);
-        return FM_ERR_NOMEM;
-    }
-    free(m->act_arena);
-    free(m->grad_arena);
-    m->act_arena = pa;
-    m->grad_arena = pg;
-    m->ws_B = B;
-    act = (fm_layout_t){pa, 0};
-    grad = (fm_layout_t){pg, 0};
-    layout_workspace(m, B, &act, &grad);
-    return FM_OK;
+    return fm_workspace_measure(&m->ws, &m->base, B, layout_workspace);
 }
 
 /* ---- forward and backward -------------------------------------------------- */
@@ -152,7 +97,7 @@ static float image_forward(fm_model_t *mm, const fm_batch_t *b, bool with_lb, fl
     fm_image_t *m = (fm_image_t *)mm;
     const fm_model_config_t *c = &m->base.cfg;
     int B = b->n;
-    if (ensure_workspace(m, B) != FM_OK) {
+    if (fm_workspace_ensure(&m->ws, mm, B, layout_workspace) != FM_OK) {
         fm_errorf("model: cannot allocate the workspace for batch %d", B);
         abort();
     }
@@ -167,12 +112,12 @@ static float image_forward(fm_model_t *mm, const fm_batch_t *b, bool with_lb, fl
         m->labels = b->ds->y + b->first;
     }
     const uint8_t *labels = m->labels;
-    m->with_lb = with_lb;
+    m->moe.with_lb = with_lb;
     fm_stem_forward(m, m->x, B);
     double gen_mass = 0.0;
     float lb = 0.0f;
     for (int l = 0; l < c->blocks; l++)
-        lb += fm_moe_forward(m, &m->blocks[l], B, &gen_mass);
+        lb += fm_moe_forward(&m->moe, &m->moe.blocks[l], m->h, B, &gen_mass);
     fm_head_forward(m, B);
     int correct = 0;
     float ce = fm_cross_entropy(m->head.act.dlogits, &correct, m->head.act.logits, labels, B, C, 1.0f);
@@ -196,7 +141,7 @@ static void image_backward(fm_model_t *mm, int levels)
     bool train_gate = (levels & m->base.gate_level) != 0;
     fm_head_backward(m, B, lo, train_gate);
     for (int l = c->blocks - 1; l >= 0; l--)
-        fm_moe_backward(m, &m->blocks[l], B, lo, up, lo || l > 0);
+        fm_moe_backward(&m->moe, &m->moe.blocks[l], m->dh, B, lo, up, lo || l > 0);
     if (lo) {
         fm_stem_backward(m, B);
         fm_head_prompt_backward(m);
@@ -206,12 +151,7 @@ static void image_backward(fm_model_t *mm, int levels)
 static uint64_t image_signature(const fm_model_t *mm)
 {
     const fm_image_t *m = (const fm_image_t *)mm;
-    uint64_t h = 1469598103934665603ull;
-    int B = m->B;
-    for (int l = 0; l < m->base.cfg.blocks; l++)
-        for (int i = 0; i < B * m->k; i++)
-            h = fm_sig_mix(h, (uint64_t)m->blocks[l].act.topi[i]);
-    return fm_stem_signature(m, h);
+    return fm_stem_signature(m, fm_moe_signature(&m->moe, m->B, 1469598103934665603ull));
 }
 
 /* ---- the family ---------------------------------------------------------------- */
@@ -282,6 +222,8 @@ static fm_status image_accepts(const fm_model_t *m, const fm_dataset_t *ds, cons
     return FM_OK;
 }
 
+static void image_anchor(fm_model_t *m, float rate) { fm_moe_anchor(&((fm_image_t *)m)->moe, rate); }
+
 static const fm_prompt_head_ops_t image_head = {
     .prompt = fm_head_prompt,
     .prompt_size = fm_head_prompt_size,
@@ -300,6 +242,6 @@ const fm_model_family_t fm_family_image = {
     .forward = image_forward,
     .backward = image_backward,
     .signature = image_signature,
-    .anchor = fm_moe_anchor,
+    .anchor = image_anchor,
     .head = &image_head,
 };

@@ -49,6 +49,21 @@ void *fm_layout_take(fm_layout_t *L, size_t bytes);
             (ptr) = (type *)take_;                                             \
     } while (0)
 
+/* A model's two arenas, sized for the largest batch seen (B inputs). layout
+ * lays out every batch buffer of the model for a batch of B (measuring when the
+ * bases are NULL), setting the model's pointers into the arenas. */
+typedef void (*fm_layout_fn)(fm_model_t *m, int B, fm_layout_t *act, fm_layout_t *grad);
+typedef struct {
+    int B;
+    void *act, *grad;
+} fm_workspace_t;
+/* Grows ws to hold a batch of B (nothing when it does); FM_ERR_NOMEM. */
+fm_status fm_workspace_ensure(fm_workspace_t *ws, fm_model_t *m, int B, fm_layout_fn layout);
+/* Bytes of both arenas for a batch of B, without allocating (the model's
+ * pointers are left pointing into ws). */
+double fm_workspace_measure(fm_workspace_t *ws, fm_model_t *m, int B, fm_layout_fn layout);
+void fm_workspace_free(fm_workspace_t *ws);
+
 /* ---- components ---------------------------------------------------------------- */
 
 typedef struct {
@@ -91,6 +106,39 @@ typedef struct {
     float *du, *dr, *dw;          /* (B,d), (B,E), (B,k) */
     float *dyg, *dg, *dug;        /* (B*k,d), (B*k,H), (B*k,d) */
 } fm_moe_grad_t;
+
+/* The MoE blocks of a model (model_moe.c), whatever its family: a family
+ * embeds one and hands it its residual stream, one row per input (an image)
+ * or per position (a byte of text). */
+typedef struct {
+    const fm_model_config_t *cfg; /* the model's (sizes, experts, load balancing) */
+    int E, k;                     /* experts per block, kept per row */
+    bool with_lb;                 /* the last forward included the load-balancing term */
+    fm_block_t *blocks;           /* cfg->blocks */
+    fm_moe_grad_t grad;
+} fm_moe_t;
+
+/* A text block's causal self-attention (model_attention.c), before its MoE
+ * layer: h += Wo Attention(LayerNorm(h)) + bo, over B windows of T positions
+ * (rows = B * T, window after window). */
+typedef struct {
+    fm_view_t ln_g, ln_b;         /* (d) */
+    fm_view_t wqkv, bqkv;         /* (3d,d), (3d): queries, keys, values stacked */
+    fm_view_t wo, bo;             /* (d,d), (d) */
+    struct {
+        float *xhat, *rstd, *u;   /* LayerNorm (rows,d), (rows), (rows,d) */
+        float *qkv;               /* (rows, 3d) */
+        float *p;                 /* probabilities (B, heads, T, T); zero above the diagonal */
+        float *o;                 /* the heads' outputs side by side (rows, d) */
+    } act;
+} fm_attn_t;
+
+/* Backward scratch of the attention layers, reused block after block. */
+typedef struct {
+    float *dout, *du;             /* (rows, d) */
+    float *dqkv;                  /* (rows, 3d) */
+    float *dp;                    /* (T, T) */
+} fm_attn_grad_t;
 
 /* Activations of the class-text encoder for one prompt. */
 typedef struct {
@@ -138,27 +186,48 @@ typedef struct {
  * (model_family.h), then its components. */
 typedef struct fm_image {
     fm_model_t base;              /* family, cfg, ps, gate_level */
-    int E, k, hd;                 /* experts per block, kept per input, head width */
+    int hd;                       /* gating head width */
     fm_stem_t stem;
-    fm_block_t *blocks;
+    fm_moe_t moe;
     fm_head_t head;
-    /* workspace for batches up to ws_B */
-    int ws_B;
-    void *act_arena, *grad_arena;
+    fm_workspace_t ws;            /* batches of up to ws.B */
     /* the last forward */
     int B;
     const float *x;               /* the batch's inputs (B, in_dim): the data's rows or xbuf */
     const uint8_t *labels;        /* its labels: the data's or ybuf */
     float *xbuf;                  /* act: gathered inputs when the batch is not contiguous */
     uint8_t *ybuf;                /* act: gathered labels */
-    bool with_lb;
     float *h;                     /* act: residual stream (B,d) */
     float *dh;                    /* grad: its gradient (B,d) */
-    fm_moe_grad_t moe_grad;
 } fm_image_t;
+
+/* The byte-level causal language model (family "text", model_text.c): byte
+ * and position embeddings, then per block causal self-attention and an MoE
+ * layer, a final LayerNorm and the output layer (the byte embedding, tied, or
+ * its own), cross-entropy on the next byte at every position. */
+typedef struct fm_text {
+    fm_model_t base;              /* family, cfg, ps, gate_level */
+    fm_view_t emb, pos;           /* (256,d) byte embedding, (T,d) position embedding */
+    fm_view_t lnf_g, lnf_b;       /* final LayerNorm (d) */
+    fm_view_t out;                /* untied: (256,d); tied: unused (emb is the output layer) */
+    fm_attn_t *attn;              /* cfg.blocks */
+    fm_moe_t moe;
+    fm_attn_grad_t attn_grad;
+    fm_workspace_t ws;            /* batches of up to ws.B windows */
+    /* the last forward */
+    int B;
+    const uint8_t *tok;           /* its windows (B, T+1): the data's or tokbuf */
+    uint8_t *tokbuf;              /* act: gathered windows */
+    float *h, *xhatf, *rstdf, *hf;/* act: residual stream, final LayerNorm (B*T, d) */
+    float *logits, *dlogits;      /* act: (B*T, 256) */
+    uint8_t *next;                /* act: the byte to predict at each position (B*T) */
+    float *dh, *dhf;              /* grad: (B*T, d) */
+} fm_text_t;
 
 /* The image family's operations (model_image.c). */
 extern const fm_model_family_t fm_family_image;
+/* The text family's (model_text.c). */
+extern const fm_model_family_t fm_family_text;
 
 /* One step of the branch-signature hash (fm_model_branch_signature). */
 static inline uint64_t fm_sig_mix(uint64_t h, uint64_t v)
@@ -178,15 +247,33 @@ void fm_stem_backward(fm_image_t *m, int B);
 uint64_t fm_stem_signature(const fm_image_t *m, uint64_t h);
 
 /* MoE blocks (model_moe.c) */
-fm_status fm_moe_register(fm_image_t *m, int l);
-void fm_moe_layout(fm_image_t *m, int B, fm_layout_t *act, fm_layout_t *grad);
-/* The image family's anchor operation (model_family.h; m is an fm_image_t). */
-void fm_moe_anchor(fm_model_t *m, float rate);
-/* One block in place on m->h; returns its load-balancing term and adds the
- * routing weight on generalists to *gen_mass. */
-float fm_moe_forward(fm_image_t *m, fm_block_t *bl, int B, double *gen_mass);
-/* m->dh holds dL/dh_out and becomes dL/dh_in (when need_dx). */
-void fm_moe_backward(fm_image_t *m, fm_block_t *bl, int B, bool lo, bool up, bool need_dx);
+/* Sets moe up for cfg (which must outlive it) and allocates its blocks. */
+fm_status fm_moe_init(fm_moe_t *moe, const fm_model_config_t *cfg);
+void fm_moe_free(fm_moe_t *moe);
+/* Registers block l's parameters in m: its LayerNorm, router and experts. */
+fm_status fm_moe_register(fm_model_t *m, fm_moe_t *moe, int l);
+void fm_moe_layout(fm_moe_t *moe, int rows, fm_layout_t *act, fm_layout_t *grad);
+/* Block bl in place on the residual stream h (rows,d): h += MoE(LayerNorm(h));
+ * returns its load-balancing term and adds the routing weight on generalists
+ * to *gen_mass. */
+float fm_moe_forward(fm_moe_t *moe, fm_block_t *bl, float *h, int rows, double *gen_mass);
+/* dh holds dL/dh_out and becomes dL/dh_in (when need_dx). */
+void fm_moe_backward(fm_moe_t *moe, fm_block_t *bl, float *dh, int rows, bool lo, bool up, bool need_dx);
+/* The specialist anchor (fm_model_anchor_specialists) on every block. */
+void fm_moe_anchor(fm_moe_t *moe, float rate);
+/* Mixes the last forward's expert choices (rows of it) into h. */
+uint64_t fm_moe_signature(const fm_moe_t *moe, int rows, uint64_t h);
+
+/* self-attention (model_attention.c) */
+fm_status fm_attn_register(fm_model_t *m, fm_attn_t *a, int l);
+void fm_attn_layout(fm_attn_t *a, const fm_model_config_t *c, int B, fm_layout_t *act);
+void fm_attn_grad_layout(fm_attn_grad_t *g, const fm_model_config_t *c, int B, fm_layout_t *grad);
+/* h (B*T, d) += the attention of a over it; T = c->context. */
+void fm_attn_forward(fm_attn_t *a, const fm_model_config_t *c, float *h, int B);
+/* dh holds dL/dh_out and, with need_dx, becomes dL/dh_in; parameter
+ * gradients with lo. */
+void fm_attn_backward(fm_attn_t *a, fm_attn_grad_t *g, const fm_model_config_t *c, float *dh, int B, bool lo,
+                      bool need_dx);
 
 /* prompt head (model_head.c) */
 fm_status fm_head_register(fm_image_t *m);

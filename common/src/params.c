@@ -112,6 +112,8 @@ const char *fm_role_name(fm_role r)
     case FM_ROLE_SPECIALIST: return "specialist";
     case FM_ROLE_PROMPT: return "prompt";
     case FM_ROLE_GATING: return "gating";
+    case FM_ROLE_EMBEDDING: return "embedding";
+    case FM_ROLE_ATTENTION: return "attention";
     default: return "?";
     }
 }

@@ -18,12 +18,16 @@
 /* Its files, in the order they are appended: {images, labels} of train, then test. */
 extern const char *const FM_FMNIST_FILES[2][2];
 
+/* Examples are feature rows (x) or, for text, windows of bytes (tok): a
+ * window's dim + 1 bytes are its dim inputs and, one later, the dim bytes to
+ * predict; its label y is its language (or other source). */
 typedef struct {
     size_t n;        /* examples */
-    int dim;         /* features per example */
+    int dim;         /* features per example; text: context length */
     int classes;     /* 1 + largest label */
     int img_h, img_w;/* image size, 0 when not images */
-    float *x;        /* (n, dim) */
+    float *x;        /* (n, dim); NULL for text */
+    uint8_t *tok;    /* text: (n, dim + 1); NULL otherwise */
     uint8_t *y;      /* (n) */
 } fm_dataset_t;
 
@@ -53,7 +57,7 @@ fm_status fm_dataset_load_csv(fm_dataset_t *ds, const char *path);
 void fm_dataset_standardize(fm_dataset_t *ds);
 /* out = the examples src[idx[0..n)] (copied; out must be zeroed or freed). */
 fm_status fm_dataset_subset(fm_dataset_t *out, const fm_dataset_t *src, const uint32_t *idx, size_t n);
-/* Copies a batch of examples idx[0..B) into x (B, dim) and y (B). */
+/* Copies a batch of examples idx[0..B) into x (B, dim) and y (B) (feature rows). */
 void fm_dataset_gather(const fm_dataset_t *ds, const uint32_t *idx, int B, float *x, uint8_t *y);
 /* Frees x and y and zeroes ds (ds itself is the caller's). */
 void fm_dataset_free(fm_dataset_t *ds);

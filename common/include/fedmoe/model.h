@@ -31,10 +31,10 @@ typedef enum { FM_STEM_MLP = 0, FM_STEM_CNN = 1 } fm_stem_kind;
 /* Model families: which network the configuration describes. Each family
  * implements the operations below (common/src/model_family.h); callers use these
  * functions and never ask which family runs. */
-typedef enum { FM_FAMILY_IMAGE = 0 } fm_model_family_kind;
+typedef enum { FM_FAMILY_IMAGE = 0, FM_FAMILY_TEXT = 1 } fm_model_family_kind;
 
 typedef struct {
-    fm_model_family_kind family; /* image (the only family so far) */
+    fm_model_family_kind family; /* image, or text (a byte-level causal language model) */
     int in_dim;            /* input features (784); for cnn, img_h * img_w */
     int img_h, img_w;      /* image size for the cnn stem (28 x 28, one channel) */
     int classes;           /* 10 */
@@ -50,7 +50,9 @@ typedef struct {
     int prompt_len;        /* M context vectors (4) */
     int prompt_dim;        /* d_p (64) */
     int text_hidden;       /* hidden width of the class-text encoder MLP (256) */
-    int heads;             /* gating attention heads (8) */
+    int heads;             /* gating attention heads (8); text: self-attention heads (4) */
+    int context;           /* text: bytes of context T (128) */
+    bool untied;           /* text: an output layer of its own instead of the byte embedding */
     int max_nonlocal;      /* K (4): non-local prompt experts at most */
     float attn_scale;      /* gating attention logit scale (10) */
     float lambda;          /* weight of the local cosine term (0.5) */

@@ -35,6 +35,8 @@ typedef enum {
     FM_ROLE_SPECIALIST, /* a tensor of a specialist expert (the client's own) */
     FM_ROLE_PROMPT,     /* the local prompt P_L */
     FM_ROLE_GATING,     /* the attention gating over the prompt experts */
+    FM_ROLE_EMBEDDING,  /* text: the byte and position embeddings (and a separate output layer) */
+    FM_ROLE_ATTENTION,  /* text: a block's self-attention projections */
     FM_ROLE_COUNT
 } fm_role;
 
