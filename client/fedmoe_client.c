@@ -135,6 +135,7 @@ int main(int argc, char **argv)
         ds.count = o.partition_count;
     }
     ds.seed = spec.seed;
+    ds.context = mc.context;
     const uint64_t seed = spec.seed;
     const int epochs = o.epochs;
     const bool cosine = spec.lr_schedule == FM_LR_COSINE;
@@ -142,10 +143,17 @@ int main(int argc, char **argv)
     fm_client_data_t data;
     if (fm_client_data_load(&data, &ds) != FM_OK)
         return fail();
-    mc.in_dim = data.dim;
-    mc.classes = data.classes;
-    mc.img_h = data.img_h;
-    mc.img_w = data.img_w;
+    const bool text = mc.family == FM_FAMILY_TEXT;
+    if (!text) {
+        mc.in_dim = data.dim;
+        mc.classes = data.classes;
+        mc.img_h = data.img_h;
+        mc.img_w = data.img_w;
+    }
+    if (fm_model_config_accepts(&mc, &data.train, "data") != FM_OK) {
+        fm_client_data_free(&data);
+        return fail();
+    }
     fm_model_t *m = NULL;
     fm_trainer_t *t = NULL;
     rc = 0;
@@ -155,12 +163,16 @@ int main(int argc, char **argv)
         goto out;
     }
     if (ds.count)
-        fm_info("client %d/%d: %zu train, %zu validation, %zu test examples", ds.index, ds.count, data.train.n,
-                data.val.n, data.test.n);
+        fm_info("client %d/%d: %zu train, %zu validation, %zu test %s", ds.index, ds.count, data.train.n,
+                data.val.n, data.test.n, text ? "windows" : "examples");
     else
-        fm_info("centralized: %zu train, %zu validation, %zu test examples", data.train.n, data.val.n, data.test.n);
-    printf("%5s %10s %10s %9s %10s %9s %9s %8s\n", "epoch", "train_loss", "val_loss", "val_acc", "test_loss",
-           "test_acc", "gen_share", "seconds");
+        fm_info("centralized: %zu train, %zu validation, %zu test %s", data.train.n, data.val.n, data.test.n,
+                text ? "windows" : "examples");
+    /* text: losses in bits per byte, accuracy of the next byte */
+    const double unit = text ? 1.0 / log(2.0) : 1.0;
+    printf("%5s %10s %10s %9s %10s %9s %9s %8s\n", "epoch", text ? "train_bpb" : "train_loss",
+           text ? "val_bpb" : "val_loss", "val_acc", text ? "test_bpb" : "test_loss", "test_acc", "gen_share",
+           "seconds");
     for (int ep = 1; ep <= epochs; ep++) {
         fm_train_stats_t ts;
         fm_eval_t ev, vv;
@@ -171,8 +183,8 @@ int main(int argc, char **argv)
             rc = fail();
             goto out;
         }
-        printf("%5d %10.4f %10.4f %8.2f%% %10.4f %8.2f%% %9.3f %8.2f\n", ep, ts.train_loss, vv.loss,
-               100.0 * vv.accuracy, ev.loss, 100.0 * ev.accuracy, ev.generalist_share, ts.seconds);
+        printf("%5d %10.4f %10.4f %8.2f%% %10.4f %8.2f%% %9.3f %8.2f\n", ep, ts.train_loss * unit, vv.loss * unit,
+               100.0 * vv.accuracy, ev.loss * unit, 100.0 * ev.accuracy, ev.generalist_share, ts.seconds);
         fflush(stdout);
     }
 out:

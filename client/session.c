@@ -203,9 +203,9 @@ static fm_status handle_welcome(session_t *s, const Fedmoe__Welcome *w)
     s->partition = w->partition_index;
     /* the data source is the client's to choose: from the network only a named
      * dataset in its standard place, never a path (any readable file, /dev/zero) */
-    if (!s->cfg->dataset[0] && strcmp(s->spec.dataset, "fmnist") != 0) {
-        fm_error_set("the coordinator asks for data at '%.200s'; a client takes only a named dataset (fmnist) "
-                     "from the network: give --dataset to read local files",
+    if (!s->cfg->dataset[0] && !fm_data_spec_named(s->spec.dataset)) {
+        fm_error_set("the coordinator asks for data at '%.200s'; a client takes only a named dataset (fmnist, "
+                     "fortunes) from the network: give --dataset to read local files",
                      s->spec.dataset);
         return FM_ERR_ARG;
     }
@@ -217,11 +217,8 @@ static fm_status handle_welcome(session_t *s, const Fedmoe__Welcome *w)
     if (st != FM_OK)
         return st;
     s->have_data = true;
-    if ((uint32_t)s->data.dim != (uint32_t)s->spec.model.in_dim || s->data.classes > s->spec.model.classes) {
-        fm_error_set("data has %d features and %d classes; the run's model takes %d and %d", s->data.dim,
-                     s->data.classes, s->spec.model.in_dim, s->spec.model.classes);
-        return FM_ERR_ARG;
-    }
+    if ((st = fm_model_config_accepts(&s->spec.model, &s->data.train, "the run's data")) != FM_OK)
+        return st;
     snprintf(s->run_id, sizeof s->run_id, "%s", w->run_id);
     s->loaded = false;
     /* a virtual client with a state folder builds its model at its first Task
@@ -229,9 +226,9 @@ static fm_status handle_welcome(session_t *s, const Fedmoe__Welcome *w)
     s->spilled = s->cfg->host && s->cfg->state_dir[0];
     if (!s->spilled && (st = build_model(s)) != FM_OK)
         return st;
-    fm_info("run %s (%s), partition %d/%d: %zu train, %zu validation, %zu test examples", s->run_id,
+    fm_info("run %s (%s), partition %d/%d: %zu train, %zu validation, %zu test %s", s->run_id,
             fm_strategy_name(s->spec.strategy), s->partition, s->spec.partition_count, s->data.train.n,
-            s->data.val.n, s->data.test.n);
+            s->data.val.n, s->data.test.n, s->spec.model.family == FM_FAMILY_TEXT ? "windows" : "examples");
     send_hello(s); /* again, now with sample counts */
     return FM_OK;
 }
@@ -265,18 +262,20 @@ static fm_status start_round(session_t *s, int round)
 static fm_status upload(session_t *s, uint32_t round, const uint8_t *nonce, const fm_train_stats_t *ts, double t0)
 {
     fm_eval_t ev, vv = {0};
-    fm_status st = fm_evaluate(s->model, &s->data.test, &ev);
+    fm_status st = fm_evaluate_progress(s->model, &s->data.test, &ev, on_progress, s);
     if (st == FM_OK && s->data.val.n > 0)
-        st = fm_evaluate(s->model, &s->data.val, &vv);
+        st = fm_evaluate_progress(s->model, &s->data.val, &vv, on_progress, s);
     if (st != FM_OK)
         return st;
     fm_update_t u = {.round = round, .train_samples = s->data.train.n, .prompt = fm_model_prompt(s->model)};
     memcpy(u.nonce, nonce, FM_NONCE_BYTES);
     u.metrics = (fm_metrics_t){.train_loss = ts->train_loss, .val_loss = ts->val_loss, .test_loss = ev.loss,
                                .test_accuracy = ev.accuracy, .generalist_share = ev.generalist_share,
-                               .test_samples = ev.n, .test_correct = ev.correct, .val_samples = vv.n,
-                               .val_correct = vv.correct, .seconds = fm_clock_seconds() - t0};
-    if (fm_exchange_of(s->spec.strategy).model) {
+                               /* (counted in predictions: an image, or a byte of text) */
+                               .test_samples = ev.predictions, .test_correct = ev.correct,
+                               .val_samples = vv.predictions, .val_correct = vv.correct,
+                               .seconds = fm_clock_seconds() - t0};
+    if (fm_exchange_of(&s->spec).model) {
         fm_federated_pack(s->model, s->spec.strategy, s->vec);
         u.model = s->vec;
 #ifdef FM_BENCH_ATTACK

@@ -96,7 +96,7 @@ static fm_status nearest_prompts(fm_coordinator_t *c)
     c->nearest = NULL;
     c->nearest_found = NULL;
     int n = fm_registry_count(c->reg), m = c->round.nparts, k = c->spec.model.max_nonlocal;
-    if (!fm_exchange_of(c->spec.strategy).pool || k <= 0)
+    if (!fm_exchange_of(&c->spec).pool || k <= 0)
         return FM_OK;
     const int *order = fm_registry_sorted(c->reg);
     const float **entries = malloc(sizeof(float *) * (size_t)(n ? n : 1));
@@ -463,7 +463,7 @@ static void handle_update(fm_coordinator_t *c, const char *id, int slot, const F
     if (!p)
         return;
     fm_coord_part_done(c, p);
-    fm_exchange_t e = fm_exchange_of(c->spec.strategy);
+    fm_exchange_t e = fm_exchange_of(&c->spec);
     fm_metrics_t m;
     fm_wire_code code = FM_WIRE_OK;
     const fm_client_t *cl = fm_registry_at(c->reg, slot);

@@ -214,7 +214,7 @@ static fm_status encode_checkpoint(fm_coordinator_t *c, const double clip[2], ui
         free(ck.pool);
         return FM_ERR_NOMEM;
     }
-    bool pool = fm_exchange_of(c->spec.strategy).pool;
+    bool pool = fm_exchange_of(&c->spec).pool;
     for (int i = 0; i < n; i++) {
         const fm_client_t *cl = fm_registry_at(c->reg, order[i]);
         const fm_participant_t *p = fm_round_find(&c->round, order[i]);
@@ -236,7 +236,7 @@ static fm_status encode_checkpoint(fm_coordinator_t *c, const double clip[2], ui
  * round's prompts only once the commit succeeded. */
 static fm_status commit_round(fm_coordinator_t *c, double now)
 {
-    fm_exchange_t e = fm_exchange_of(c->spec.strategy);
+    fm_exchange_t e = fm_exchange_of(&c->spec);
     double learned[2]; /* the next round's bounds, from this round's distances (once) */
     next_clip(c, learned);
     int late[2] = {0, 0}; /* clipped now, with the bounds this round learned */

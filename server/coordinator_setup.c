@@ -158,14 +158,15 @@ static fm_status initial_state(fm_coordinator_t *c)
         return st;
     c->dims = fm_exchange_dims(&c->spec, fm_federated_size(tmpl, c->spec.strategy));
     c->global = malloc(sizeof(float) * (c->dims.nmodel + 1));
-    c->gprompt = malloc(sizeof(float) * c->dims.nprompt);
+    c->gprompt = malloc(sizeof(float) * (c->dims.nprompt + 1));
     c->scratch = malloc(sizeof(float) * (c->dims.nmodel + 1));
     if (!c->global || !c->gprompt || !c->scratch) {
         fm_model_destroy(&tmpl);
         return FM_ERR_NOMEM;
     }
     fm_federated_pack(tmpl, c->spec.strategy, c->global);
-    memcpy(c->gprompt, fm_model_prompt(tmpl), sizeof(float) * c->dims.nprompt);
+    if (c->dims.nprompt)
+        memcpy(c->gprompt, fm_model_prompt(tmpl), sizeof(float) * c->dims.nprompt);
     fm_model_destroy(&tmpl);
     return FM_OK;
 }

@@ -14,6 +14,19 @@ void fm_data_spec_default(fm_data_spec_t *s)
     s->seed = 1;
     s->test_frac = 0.25;
     s->val_frac = 0.2;
+    s->context = 128;
+}
+
+bool fm_data_spec_named(const char *dataset)
+{
+    if (strcmp(dataset, "fmnist") == 0 || strcmp(dataset, "fortunes") == 0)
+        return true;
+    if (strncmp(dataset, "fortunes:", 9) != 0)
+        return false;
+    for (const char *p = dataset + 9; *p; p++) /* (language codes and commas only) */
+        if (!((*p >= 'a' && *p <= 'z') || *p == ','))
+            return false;
+    return true;
 }
 
 /* Where a dataset's IDX files are: image and label file pairs, in the order
@@ -48,15 +61,34 @@ static fm_status idx_source(idx_source_t *src, const char *spec)
         src->files = 1;
         return FM_OK;
     }
-    if (strncmp(spec, "csv:", 4) == 0)
+    if (strncmp(spec, "csv:", 4) == 0 || fm_text_spec(spec))
         return FM_OK;
-    fm_error_set("dataset '%s': unknown; use fmnist, fmnist:DIR, idx:IMAGES,LABELS or csv:PATH", spec);
+    fm_error_set("dataset '%s': unknown; use fmnist, fmnist:DIR, idx:IMAGES,LABELS, csv:PATH, fortunes, "
+                 "fortunes:LANG,... or text:DIR", spec);
     return FM_ERR_ARG;
 }
 
 /* The dataset of spec; without images, only its labels where the format keeps
  * them apart (IDX: per_file then says how many examples each file has),
  * everything otherwise (CSV). */
+/* Text: the corpus, and its documents as examples of ds (labels alone: their
+ * languages), which partitions and splits are made over. */
+static fm_status load_text(fm_dataset_t *ds, fm_text_corpus_t *text, const char *spec)
+{
+    memset(ds, 0, sizeof *ds);
+    fm_status st = fm_text_corpus_load(text, spec, NULL);
+    if (st != FM_OK)
+        return st;
+    if (!(ds->y = malloc(text->docs))) {
+        fm_text_corpus_free(text);
+        return FM_ERR_NOMEM;
+    }
+    memcpy(ds->y, text->lang, text->docs);
+    ds->n = text->docs;
+    ds->classes = text->languages;
+    return FM_OK;
+}
+
 static fm_status load_any(fm_dataset_t *ds, const char *spec, bool images, uint32_t per_file[2])
 {
     idx_source_t src;
@@ -180,7 +212,8 @@ fm_status fm_data_cache_load(fm_data_cache_t *c, const fm_data_spec_t *spec)
     c->spec = *spec;
     snprintf(c->dataset, sizeof c->dataset, "%s", spec->dataset);
     c->spec.dataset = c->dataset;
-    fm_status st = load_any(&c->all, spec->dataset, true, NULL);
+    fm_status st = fm_text_spec(spec->dataset) ? load_text(&c->all, &c->text, spec->dataset)
+                                               : load_any(&c->all, spec->dataset, true, NULL);
     if (st == FM_OK && spec->count > 0)
         st = fm_partition_make(&c->part, c->all.y, c->all.n, c->all.classes, spec->count, spec->seed, &spec->part);
     if (st != FM_OK)
@@ -198,7 +231,7 @@ bool fm_data_spec_same(const fm_data_spec_t *a, const fm_data_spec_t *b)
     return !strcmp(a->dataset, b->dataset) && a->count == b->count && a->part.kind == b->part.kind &&
            a->part.alpha == b->part.alpha && a->part.classes_per_client == b->part.classes_per_client &&
            a->part.min_samples == b->part.min_samples && a->seed == b->seed && a->test_frac == b->test_frac &&
-           a->val_frac == b->val_frac && a->holdout == b->holdout;
+           a->val_frac == b->val_frac && a->holdout == b->holdout && a->context == b->context;
 }
 
 fm_status fm_client_data_from_cache(fm_client_data_t *cd, const fm_data_cache_t *c, int index)
@@ -213,12 +246,16 @@ fm_status fm_client_data_from_cache(fm_client_data_t *cd, const fm_data_cache_t 
     uint32_t *mine, *owned;
     size_t n_mine;
     fm_status st = examples_of(all, &c->part, c->spec.count, index, &mine, &n_mine, &owned);
-    if (st == FM_OK && (st = split_client(&split, mine, n_mine, all, &c->spec, c->spec.count > 0 ? index : 0)) == FM_OK &&
-        (st = fm_dataset_subset(&cd->train, all, split.train, split.n_train)) == FM_OK &&
-        (st = fm_dataset_subset(&cd->val, all, split.val, split.n_val)) == FM_OK)
-        st = fm_dataset_subset(&cd->test, all, split.test, split.n_test);
+    if (st == FM_OK)
+        st = split_client(&split, mine, n_mine, all, &c->spec, c->spec.count > 0 ? index : 0);
+    const uint32_t *lists[3] = {split.train, split.val, split.test};
+    size_t ns[3] = {split.n_train, split.n_val, split.n_test};
+    fm_dataset_t *outs[3] = {&cd->train, &cd->val, &cd->test};
+    for (int k = 0; k < 3 && st == FM_OK; k++)
+        st = c->text.docs ? fm_text_windows(outs[k], &c->text, lists[k], ns[k], c->spec.context)
+                          : fm_dataset_subset(outs[k], all, lists[k], ns[k]);
     cd->classes = all->classes;
-    cd->dim = all->dim;
+    cd->dim = c->text.docs ? c->spec.context : all->dim;
     cd->img_h = all->img_h;
     cd->img_w = all->img_w;
     free(owned);
@@ -232,6 +269,7 @@ void fm_data_cache_free(fm_data_cache_t *c)
 {
     fm_partition_free(&c->part);
     fm_dataset_free(&c->all);
+    fm_text_corpus_free(&c->text);
 }
 
 void fm_client_data_free(fm_client_data_t *cd)
@@ -244,7 +282,9 @@ void fm_client_data_free(fm_client_data_t *cd)
 fm_status fm_client_data_sizes(const fm_data_spec_t *spec, fm_split_sizes_t *sizes)
 {
     fm_dataset_t all;
-    fm_status st = load_any(&all, spec->dataset, false, NULL);
+    fm_text_corpus_t text = {0};
+    fm_status st = fm_text_spec(spec->dataset) ? load_text(&all, &text, spec->dataset)
+                                               : load_any(&all, spec->dataset, false, NULL);
     if (st != FM_OK)
         return st;
     fm_partition_t part = {0};
@@ -258,9 +298,14 @@ fm_status fm_client_data_sizes(const fm_data_spec_t *spec, fm_split_sizes_t *siz
         fm_split_t split = {0};
         st = split_client(&split, part.index + part.offset[c], part.offset[c + 1] - part.offset[c], &all, spec, c);
         sizes[c] = (fm_split_sizes_t){split.n_train, split.n_val, split.n_test};
+        if (text.docs) /* (in windows) */
+            sizes[c] = (fm_split_sizes_t){fm_text_window_count(&text, split.train, split.n_train, spec->context),
+                                          fm_text_window_count(&text, split.val, split.n_val, spec->context),
+                                          fm_text_window_count(&text, split.test, split.n_test, spec->context)};
         fm_split_free(&split);
     }
     fm_partition_free(&part);
     fm_dataset_free(&all);
+    fm_text_corpus_free(&text);
     return st;
 }

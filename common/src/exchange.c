@@ -7,23 +7,25 @@
 
 #include "fedmoe/log.h"
 
-fm_exchange_t fm_exchange_of(fm_strategy s)
+fm_exchange_t fm_exchange_of(const fm_run_spec_t *s)
 {
     fm_exchange_t e = {0};
-    e.model = s != FM_STRATEGY_LOCAL;
-    e.prompt = fm_strategy_shares_prompt(s);
-    e.pool = fm_strategy_uses_pool(s);
+    bool head = s->model.family == FM_FAMILY_IMAGE; /* (the prompt head) */
+    e.model = s->strategy != FM_STRATEGY_LOCAL;
+    e.prompt = head && fm_strategy_shares_prompt(s->strategy);
+    e.pool = head && fm_strategy_uses_pool(s->strategy);
     return e;
 }
 
 fm_exchange_dims_t fm_exchange_dims(const fm_run_spec_t *s, size_t nmodel)
 {
     fm_exchange_dims_t d = {0};
+    fm_exchange_t e = fm_exchange_of(s);
     d.nmodel = nmodel;
-    d.prompt_rows = (uint32_t)s->model.prompt_len;
-    d.prompt_cols = (uint32_t)s->model.prompt_dim;
+    d.prompt_rows = e.prompt ? (uint32_t)s->model.prompt_len : 0;
+    d.prompt_cols = e.prompt ? (uint32_t)s->model.prompt_dim : 0;
     d.nprompt = (size_t)d.prompt_rows * d.prompt_cols;
-    d.max_nonlocal = s->model.max_nonlocal;
+    d.max_nonlocal = e.pool ? s->model.max_nonlocal : 0;
     return d;
 }
 
@@ -43,7 +45,7 @@ typedef struct {
 static void task_part_build(task_part_t *p, const fm_run_spec_t *s, const fm_exchange_dims_t *d, const fm_task_t *t,
                             bool own)
 {
-    fm_exchange_t e = fm_exchange_of(s->strategy);
+    fm_exchange_t e = fm_exchange_of(s);
     memset(p, 0, sizeof *p);
     fedmoe__task__init(&p->task);
     p->ok = true;
@@ -164,7 +166,7 @@ static fm_status refuse_tensor(fm_wire_code *code, const char *which, fm_wire_co
 fm_status fm_exchange_read_task(const fm_run_spec_t *s, const fm_exchange_dims_t *d, const Fedmoe__Task *t,
                                 fm_task_in_t *out, fm_wire_code *code)
 {
-    fm_exchange_t e = fm_exchange_of(s->strategy);
+    fm_exchange_t e = fm_exchange_of(s);
     memset(out, 0, sizeof *out);
     out->round = t->round;
     out->lr_scale = t->lr_scale == 0.0f ? 1.0f : t->lr_scale;
@@ -212,7 +214,7 @@ fm_status fm_exchange_read_task(const fm_run_spec_t *s, const fm_exchange_dims_t
 fm_status fm_exchange_encode_update(const fm_run_spec_t *s, const fm_exchange_dims_t *d, const fm_update_t *u,
                                     uint8_t **buf, size_t *len)
 {
-    fm_exchange_t e = fm_exchange_of(s->strategy);
+    fm_exchange_t e = fm_exchange_of(s);
     Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
     Fedmoe__Update up = FEDMOE__UPDATE__INIT;
     Fedmoe__Metrics m = FEDMOE__METRICS__INIT;
@@ -269,17 +271,20 @@ fm_status fm_exchange_read_update(const fm_run_spec_t *s, const fm_exchange_dims
                                   const fm_split_sizes_t *expect, float *model, float *prompt, fm_metrics_t *out,
                                   fm_wire_code *code)
 {
-    fm_exchange_t e = fm_exchange_of(s->strategy);
+    fm_exchange_t e = fm_exchange_of(s);
     const Fedmoe__Metrics *m = u->metrics;
     if (!metrics_ok(m)) {
         fm_error_set("metrics missing or out of range");
         return refuse(code, FM_WIRE_BAD_VALUE);
     }
-    if (u->train_samples != expect->train || m->val_samples != expect->val || m->test_samples != expect->test) {
-        fm_error_set("update counts %llu/%llu/%llu train/validation/test examples, its hello declared %llu/%llu/%llu",
+    /* (its metrics count predictions: an example's one, or a text window's bytes) */
+    uint64_t per = (uint64_t)fm_model_config_predictions(&s->model);
+    if (u->train_samples != expect->train || m->val_samples != expect->val * per || m->test_samples != expect->test * per) {
+        fm_error_set("update counts %llu train examples and %llu/%llu validation/test predictions, its hello declared "
+                     "%llu/%llu/%llu examples (%llu predictions each)",
                      (unsigned long long)u->train_samples, (unsigned long long)m->val_samples,
                      (unsigned long long)m->test_samples, (unsigned long long)expect->train,
-                     (unsigned long long)expect->val, (unsigned long long)expect->test);
+                     (unsigned long long)expect->val, (unsigned long long)expect->test, (unsigned long long)per);
         return refuse(code, FM_WIRE_BAD_VALUE);
     }
     if (m->test_samples && fabs((double)m->test_accuracy - (double)m->test_correct / (double)m->test_samples) > 1e-4) {

@@ -21,6 +21,7 @@ static const fm_model_family_t *const families[] = {&fm_family_image, &fm_family
 #define FAMILY_COUNT ((int)(sizeof families / sizeof families[0]))
 
 FM_ARG_ENUM_NAMES(fm_stem_kind, fm_stem_name, fm_stem_parse, "mlp", "cnn")
+FM_ARG_ENUM_NAMES(fm_model_family_kind, fm_family_name, fm_family_parse, "image", "text")
 
 void fm_model_config_default(fm_model_config_t *c)
 {
@@ -50,6 +51,17 @@ void fm_model_config_default(fm_model_config_t *c)
     c->tau = 10.0f;
     c->gating = true;
     c->gating_on_validation = false;
+}
+
+void fm_model_config_text(fm_model_config_t *c)
+{
+    c->family = FM_FAMILY_TEXT;
+    c->d = 128;
+    c->heads = 4;
+    c->blocks = 2;
+    c->context = 128;
+    c->untied = false;
+    c->classes = 256;
 }
 
 fm_status fm_model_config_check(const fm_model_config_t *c)
@@ -202,7 +214,15 @@ fm_params_t *fm_model_params(fm_model_t *m) { return &m->ps; }
 
 fm_status fm_model_accepts(const fm_model_t *m, const fm_dataset_t *ds, const char *who)
 {
-    return m->family->accepts(m, ds, who);
+    return m->family->accepts(&m->cfg, ds, who);
+}
+
+fm_status fm_model_config_accepts(const fm_model_config_t *c, const fm_dataset_t *ds, const char *who)
+{
+    if ((int)c->family < 0 || (int)c->family >= FAMILY_COUNT)
+        return fm_model_config_check(c);
+    fm_status st = families[c->family]->accepts(c, ds, who); /* (what the data is, first) */
+    return st == FM_OK ? fm_model_config_check(c) : st;
 }
 
 float fm_model_forward(fm_model_t *m, const fm_batch_t *b, bool with_lb, float *logits, fm_batch_stats_t *stats)
@@ -216,6 +236,12 @@ void fm_model_anchor_specialists(fm_model_t *m, float rate) { m->family->anchor(
 
 float *fm_model_prompt(fm_model_t *m) { return m->family->head ? m->family->head->prompt(m) : NULL; }
 double fm_model_workspace_bytes(const fm_model_t *m, int B) { return m->family->workspace(m, B); }
+int fm_model_predictions(const fm_model_t *m) { return m->family->predictions(&m->cfg); }
+
+int fm_model_config_predictions(const fm_model_config_t *c)
+{
+    return (int)c->family >= 0 && (int)c->family < FAMILY_COUNT ? families[c->family]->predictions(c) : 1;
+}
 
 size_t fm_model_prompt_size(const fm_model_t *m) { return m->family->head ? m->family->head->prompt_size(m) : 0; }
 

@@ -51,9 +51,12 @@ struct fm_model_family {
     fm_status (*create)(fm_model_t **out, const fm_model_config_t *cfg, uint64_t seed, uint64_t local_stream);
     /* Frees everything the model owns and the model; m is never NULL. */
     void (*destroy)(fm_model_t *m);
-    /* FM_OK when ds has the shape this model reads, else FM_ERR_ARG and a
+    /* FM_OK when ds has the shape a model of c reads, else FM_ERR_ARG and a
      * reason naming `who`. */
-    fm_status (*accepts)(const fm_model_t *m, const fm_dataset_t *ds, const char *who);
+    fm_status (*accepts)(const fm_model_config_t *c, const fm_dataset_t *ds, const char *who);
+    /* Predictions a model of c makes for one example: 1 for a class, one a
+     * position for text. */
+    int (*predictions)(const fm_model_config_t *c);
     /* Bytes of the activation and gradient workspace for a batch of B
      * (measured, nothing allocated). */
     double (*workspace)(const fm_model_t *m, int B);

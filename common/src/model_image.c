@@ -126,6 +126,7 @@ static float image_forward(fm_model_t *mm, const fm_batch_t *b, bool with_lb, fl
     if (stats) {
         stats->loss = ce;
         stats->lb_loss = lb;
+        stats->predictions = B;
         stats->correct = correct;
         stats->generalist_share = c->blocks ? (float)(gen_mass / ((double)B * c->blocks)) : 0.0f;
     }
@@ -209,20 +210,30 @@ static fm_status image_check(const fm_model_config_t *c)
     return FM_OK;
 }
 
-static fm_status image_accepts(const fm_model_t *m, const fm_dataset_t *ds, const char *who)
+static fm_status image_accepts(const fm_model_config_t *c, const fm_dataset_t *ds, const char *who)
 {
-    if (ds->dim != m->cfg.in_dim) {
-        fm_error_set("%s: data has %d features, the model expects %d", who, ds->dim, m->cfg.in_dim);
+    if (!ds->x && ds->tok) {
+        fm_error_set("%s: the data is text, and this model classifies images (--task text)", who);
         return FM_ERR_ARG;
     }
-    if (ds->classes > m->cfg.classes) {
-        fm_error_set("%s: data has %d classes, the model has %d", who, ds->classes, m->cfg.classes);
+    if (ds->dim != c->in_dim) {
+        fm_error_set("%s: data has %d features, the model expects %d", who, ds->dim, c->in_dim);
+        return FM_ERR_ARG;
+    }
+    if (ds->classes > c->classes) {
+        fm_error_set("%s: data has %d classes, the model has %d", who, ds->classes, c->classes);
         return FM_ERR_ARG;
     }
     return FM_OK;
 }
 
 static void image_anchor(fm_model_t *m, float rate) { fm_moe_anchor(&((fm_image_t *)m)->moe, rate); }
+
+static int image_predictions(const fm_model_config_t *c)
+{
+    (void)c;
+    return 1;
+}
 
 static const fm_prompt_head_ops_t image_head = {
     .prompt = fm_head_prompt,
@@ -238,6 +249,7 @@ const fm_model_family_t fm_family_image = {
     .create = image_create,
     .destroy = image_destroy,
     .accepts = image_accepts,
+    .predictions = image_predictions,
     .workspace = image_workspace,
     .forward = image_forward,
     .backward = image_backward,

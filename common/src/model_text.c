@@ -158,6 +158,7 @@ static float text_forward(fm_model_t *mm, const fm_batch_t *b, bool with_lb, flo
     if (stats) {
         stats->loss = ce;
         stats->lb_loss = lb;
+        stats->predictions = rows;
         stats->correct = correct;
         stats->generalist_share = c->blocks ? (float)(gen_mass / ((double)rows * c->blocks)) : 0.0f;
     }
@@ -213,6 +214,8 @@ static double text_parameters(const fm_model_config_t *c)
     return embed + c->blocks * (attn + moe) + 2 * d;
 }
 
+static int text_predictions(const fm_model_config_t *c) { return c->context; }
+
 static fm_status text_check(const fm_model_config_t *c)
 {
     FM_MODEL_REQUIRE(c->context >= 1 && c->context <= 4096, "model: context %d out of range (1..4096)", c->context);
@@ -223,14 +226,15 @@ static fm_status text_check(const fm_model_config_t *c)
     return FM_OK;
 }
 
-static fm_status text_accepts(const fm_model_t *m, const fm_dataset_t *ds, const char *who)
+static fm_status text_accepts(const fm_model_config_t *c, const fm_dataset_t *ds, const char *who)
 {
     if (!ds->tok) {
-        fm_error_set("%s: the text model reads text, and this data is not", who);
+        fm_error_set("%s: the text model reads text, and this data is not (a text dataset: fortunes or text:DIR)",
+                     who);
         return FM_ERR_ARG;
     }
-    if (ds->dim != m->cfg.context) {
-        fm_error_set("%s: data has windows of %d bytes, the model reads %d", who, ds->dim, m->cfg.context);
+    if (ds->dim != c->context) {
+        fm_error_set("%s: data has windows of %d bytes, the model reads %d", who, ds->dim, c->context);
         return FM_ERR_ARG;
     }
     return FM_OK;
@@ -243,6 +247,7 @@ const fm_model_family_t fm_family_text = {
     .create = text_create,
     .destroy = text_destroy,
     .accepts = text_accepts,
+    .predictions = text_predictions,
     .workspace = text_workspace,
     .forward = text_forward,
     .backward = text_backward,

@@ -41,6 +41,61 @@ static void show_stem(const fm_options_t *o, char *buf, size_t cap)
     snprintf(buf, cap, "%s", fm_stem_name(o->spec->model.stem));
 }
 
+/* --task text: the text model and, unless given, its data (the fortunes, a
+ * language a client) and strategy (comigs; the prompt head is the image
+ * task's). Flags given before it keep their values; flags after it override. */
+static fm_status set_task(fm_options_t *o, const char *flag, const char *v)
+{
+    fm_model_family_kind k;
+    fm_status st = fm_family_parse(flag, v, &k);
+    if (st != FM_OK || k == o->spec->model.family)
+        return st;
+    fm_model_config_t *c = &o->spec->model, keep = *c;
+    if (k == FM_FAMILY_IMAGE) {
+        fm_model_config_default(c);
+    } else {
+        fm_model_config_text(c);
+        if (!fm_options_given(o, "dataset"))
+            snprintf(o->spec->dataset, sizeof o->spec->dataset, "fortunes");
+        static const char *const parts[] = {"dirichlet", "client-dirichlet", "pathological", "iid", "partition-by"};
+        bool part_given = false;
+        for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+            part_given |= fm_options_given(o, parts[i]);
+        if (!part_given) {
+            o->spec->part.kind = FM_PARTITION_PATHOLOGICAL;
+            o->spec->part.classes_per_client = 1;
+        }
+        if (!fm_options_given(o, "strategy"))
+            o->spec->strategy = FM_STRATEGY_COMIGS;
+    }
+    c->generalists = keep.generalists;
+    c->specialists = keep.specialists;
+    if (fm_options_given(o, "blocks"))
+        c->blocks = keep.blocks;
+    if (fm_options_given(o, "context"))
+        c->context = keep.context;
+    c->gating_on_validation = keep.gating_on_validation;
+    c->tau = keep.tau;
+    c->stem = keep.stem;
+    return FM_OK;
+}
+
+static void show_task(const fm_options_t *o, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", fm_family_name(o->spec->model.family));
+}
+
+static fm_status set_partition_by(fm_options_t *o, const char *flag, const char *v)
+{
+    if (!v || strcmp(v, "language") != 0) {
+        fm_error_set("%s: expected 'language' (one language a client), got '%s'", flag, v ? v : "");
+        return FM_ERR_ARG;
+    }
+    o->spec->part.kind = FM_PARTITION_PATHOLOGICAL;
+    o->spec->part.classes_per_client = 1;
+    return FM_OK;
+}
+
 static fm_status set_schedule(fm_options_t *o, const char *flag, const char *v)
 {
     return fm_lr_schedule_parse(flag, v, &o->spec->lr_schedule);
@@ -160,11 +215,16 @@ static const fm_option_t table[] = {
     {"round-timeout", 0, FM_OPT_DOUBLE, "S", 0.001, 1e7, S | M, 0, O(round_timeout), NULL, NULL, NULL, FM_OPT_G_RUN,
      "seconds a round waits for updates"},
     {"client-timeout", 0, FM_OPT_DOUBLE, "S", 0.5, 1e7, S, 0, O(client_timeout), NULL, NULL, NULL, FM_OPT_G_RUN,
-     "seconds without a message (clients send a heartbeat every second,\n"
-     "also while training) before a client is taken as gone"},
+     "seconds without a message (clients send a heartbeat every\n"
+     "quarter of it, 1-5 s apart, also while training) before a\n"
+     "client is taken as gone"},
     {"partition-lease", 0, FM_OPT_DOUBLE, "S", 1.0, 1e7, S, 0, O(partition_lease), NULL, NULL, NULL, FM_OPT_G_RUN,
      "seconds a client gone keeps its partition; then another\n"
      "client may be given it"},
+    {"task", 0, FM_OPT_CUSTOM, "image|text", 0, 0, S | C | M, 0, 0, 0, set_task, show_task, NULL, FM_OPT_G_RUN,
+     "image classification (Fashion-MNIST), or text: a byte-level\n"
+     "language model, the fortunes in eight languages, one a client,\n"
+     "strategy comigs (local and fedavg too)"},
     {"strategy", 0, FM_OPT_CUSTOM, "S", 0, 0, S | M, 0, 0, 0, set_strategy, show_strategy, NULL, FM_OPT_G_RUN,
      "local, fedavg, comigs, pfedmoap or full"},
     {"seed", 0, FM_OPT_U64, "N", 0, 0, S | C | M, SPEC, R(seed), NULL, NULL, NULL, FM_OPT_G_RUN, "run seed"},
@@ -205,7 +265,9 @@ static const fm_option_t table[] = {
      "--virtual clients training at once"},
     /* data */
     {"dataset", 0, FM_OPT_STRING, "SPEC", 0, 0, S | C | M, SPEC, R(dataset), NULL, NULL, NULL, FM_OPT_G_DATA,
-     "fmnist, fmnist:DIR, idx:IMAGES,LABELS or csv:PATH"},
+     "fmnist, fmnist:DIR, idx:IMAGES,LABELS, csv:PATH; text:\n"
+     "fortunes, fortunes:LANG,... (en de es it pl ru cs pt bg eo ga)\n"
+     "or text:DIR (a UTF-8 file a document, a subfolder a language)"},
     {"partitions", 0, FM_OPT_INT, "N", 1, 100000, S, SPEC, R(partition_count), NULL, NULL, NULL, FM_OPT_G_DATA,
      "number of partitions, i.e. clients"},
     {"partition", 0, FM_OPT_CUSTOM, "I/N", 0, 0, C, 0, 0, 0, set_partition, NULL, "", FM_OPT_G_DATA,
@@ -220,6 +282,9 @@ static const fm_option_t table[] = {
      "N/clients examples, its class mix drawn (for thousands)"},
     {"pathological", 0, FM_OPT_CUSTOM, "S", 0, 0, S | C | M, 0, 0, 0, set_pathological, NULL, "", FM_OPT_G_DATA,
      "S classes per client instead"},
+    {"partition-by", 0, FM_OPT_CUSTOM, "language", 0, 0, S | C | M, 0, 0, 0, set_partition_by, NULL, "", FM_OPT_G_DATA,
+     "text: one language a client (several clients a language\n"
+     "when there are more clients than languages)"},
     {"iid", 0, FM_OPT_CUSTOM, NULL, 0, 0, S | C | M, 0, 0, 0, set_iid, NULL, "", FM_OPT_G_DATA,
      "uniform random partition instead"},
     {"holdout", 0, FM_OPT_SWITCH, NULL, 0, 0, S | M, SPEC, R(holdout), NULL, NULL, NULL, FM_OPT_G_DATA,
@@ -228,6 +293,8 @@ static const fm_option_t table[] = {
     /* the model */
     {"stem", 0, FM_OPT_CUSTOM, "mlp|cnn", 0, 0, S | C | M, 0, 0, 0, set_stem, show_stem, NULL, FM_OPT_G_MODEL,
      "the stem"},
+    {"context", 0, FM_OPT_INT, "T", 1, 4096, S | C | M, SPEC, R(model.context), NULL, NULL, NULL, FM_OPT_G_MODEL,
+     "text: bytes of context"},
     {"generalists", 0, FM_OPT_INT, "G", 0, 64, S | C | M, SPEC, R(model.generalists), NULL, NULL, NULL,
      FM_OPT_G_MODEL, "shared (generalist) experts per block"},
     {"specialists", 0, FM_OPT_INT, "S", 0, 63, S | C | M, SPEC, R(model.specialists), NULL, NULL, NULL,

@@ -58,6 +58,7 @@ void fm_run_spec_data(const fm_run_spec_t *s, fm_data_spec_t *out)
     out->part = s->part;
     out->seed = s->seed;
     out->holdout = s->holdout;
+    out->context = s->model.context;
 }
 
 void fm_clip_norm_name(double clip, char *buf, size_t cap)
@@ -95,6 +96,11 @@ fm_status fm_run_spec_finish(fm_run_spec_t *s)
     fm_status st = fm_model_config_check(&s->model);
     if (st != FM_OK)
         return st;
+    if (s->model.family == FM_FAMILY_TEXT && fm_strategy_uses_pool(s->strategy)) {
+        fm_error_set("strategy %s needs the prompt head of the image task; text runs use local, fedavg or comigs",
+                     fm_strategy_name(s->strategy));
+        return FM_ERR_ARG;
+    }
     if (s->local_epochs < 1 || s->local_epochs > 1000) {
         fm_error_set("local epochs %d out of range 1..1000", s->local_epochs);
         return FM_ERR_ARG;
@@ -127,7 +133,7 @@ size_t fm_run_spec_json(const fm_run_spec_t *s, char *buf, size_t cap)
         buf, cap,
         "{\"strategy\":\"%s\",\"seed\":%llu,\"dataset\":\"%s\",\"partition\":{\"scheme\":\"%s\",\"alpha\":%g,"
         "\"classes_per_client\":%d,\"min_samples\":%zu,\"count\":%d,\"holdout\":%s},"
-        "\"model\":{\"stem\":\"%s\",\"in_dim\":%d,\"classes\":%d,\"d\":%d,\"blocks\":%d,\"generalists\":%d,"
+        "\"model\":{\"family\":\"%s\",\"context\":%d,\"untied\":%s,\"stem\":\"%s\",\"in_dim\":%d,\"classes\":%d,\"d\":%d,\"blocks\":%d,\"generalists\":%d,"
         "\"specialists\":%d,\"ffn_hidden\":%d,\"top_k\":%d,\"lb_weight\":%g,\"generalist_importance\":%g,"
         "\"prompt_len\":%d,\"prompt_dim\":%d,\"text_hidden\":%d,\"heads\":%d,\"max_nonlocal\":%d,"
         "\"attn_scale\":%g,\"lambda\":%g,\"tau\":%g,\"gating\":%s,\"gating_on_validation\":%s},"
@@ -136,7 +142,7 @@ size_t fm_run_spec_json(const fm_run_spec_t *s, char *buf, size_t cap)
         "\"aggregation\":{\"rule\":\"%s\",\"clip\":\"%s\"}}",
         fm_strategy_name(s->strategy), (unsigned long long)s->seed, s->dataset, fm_partition_kind_name(s->part.kind),
         s->part.alpha, s->part.classes_per_client, s->part.min_samples, s->partition_count, s->holdout ? "true" : "false",
-        fm_stem_name(c->stem), c->in_dim, c->classes, c->d, c->blocks, c->generalists,
+        fm_family_name(c->family), c->context, c->untied ? "true" : "false", fm_stem_name(c->stem), c->in_dim, c->classes, c->d, c->blocks, c->generalists,
         c->specialists, c->ffn_hidden, c->top_k, c->lb_weight, c->generalist_importance, c->prompt_len,
         c->prompt_dim, c->text_hidden, c->heads, c->max_nonlocal, c->attn_scale, c->lambda, c->tau,
         c->gating ? "true" : "false", c->gating_on_validation ? "true" : "false", s->train.batch,

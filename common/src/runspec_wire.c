@@ -33,6 +33,9 @@ static void spec_to_pb(const fm_run_spec_t *s, Fedmoe__ModelSpec *m, Fedmoe__Tra
     m->gating = c->gating;
     m->gating_on_validation = c->gating_on_validation;
     m->specialists = (uint32_t)c->specialists;
+    m->family = (char *)fm_family_name(c->family);
+    m->context = (uint32_t)c->context;
+    m->untied = c->untied;
     fedmoe__train_spec__init(t);
     t->batch = (uint32_t)s->train.batch;
     t->expert_steps = (uint32_t)s->train.expert_steps;
@@ -86,8 +89,11 @@ fm_status fm_run_spec_from_welcome(fm_run_spec_t *s, const Fedmoe__Welcome *w, i
     c->img_h = CAP_INT(m->img_h, 1u << 16);
     c->img_w = CAP_INT(m->img_w, 1u << 16);
     c->classes = CAP_INT(m->classes, 256);
-    if (fm_stem_parse("stem", m->stem, &c->stem) != FM_OK)
+    if (fm_stem_parse("stem", m->stem, &c->stem) != FM_OK ||
+        fm_family_parse("family", m->family && m->family[0] ? m->family : "image", &c->family) != FM_OK)
         return FM_ERR_FORMAT;
+    c->context = CAP_INT(m->context, 4096);
+    c->untied = m->untied;
     c->d = CAP_INT(m->d, 4096);
     c->blocks = CAP_INT(m->blocks, 64);
     c->generalists = CAP_INT(m->generalists, 64);

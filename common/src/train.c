@@ -9,7 +9,15 @@
 #include "fedmoe/log.h"
 #include "fedmoe/rng.h"
 
-#define EVAL_BATCH 256
+#define EVAL_BATCH 256          /* examples in an evaluation batch, at most */
+#define EVAL_PREDICTIONS 4096   /* and predictions (text: bytes) */
+
+/* The evaluation batch of m. */
+static int eval_batch(const fm_model_t *m)
+{
+    int b = EVAL_PREDICTIONS / fm_model_predictions(m);
+    return b < 1 ? 1 : b > EVAL_BATCH ? EVAL_BATCH : b;
+}
 
 struct fm_trainer {
     fm_model_t *m;
@@ -46,7 +54,7 @@ fm_status fm_trainer_new(fm_trainer_t **out, fm_model_t *m, const fm_train_confi
         fm_error_set("train: batch must be 1..65536, expert_steps >= 1, router_steps >= 0");
         return FM_ERR_ARG;
     }
-    double ws = fm_model_workspace_bytes(m, cfg->batch > EVAL_BATCH ? cfg->batch : EVAL_BATCH);
+    double ws = fm_model_workspace_bytes(m, cfg->batch > eval_batch(m) ? cfg->batch : eval_batch(m));
     if (ws > FM_MODEL_MAX_WORKSPACE_BYTES) {
         fm_error_set("train: batch %d needs %.0f MiB of workspace with this model, more than the %.0f MiB allowed",
                      cfg->batch, ws / 1048576.0, FM_MODEL_MAX_WORKSPACE_BYTES / 1048576.0);
@@ -238,6 +246,12 @@ fm_status fm_trainer_run(fm_trainer_t *t, const fm_dataset_t *train, const fm_da
 
 fm_status fm_evaluate(fm_model_t *m, const fm_dataset_t *ds, fm_eval_t *out)
 {
+    return fm_evaluate_progress(m, ds, out, NULL, NULL);
+}
+
+fm_status fm_evaluate_progress(fm_model_t *m, const fm_dataset_t *ds, fm_eval_t *out, bool (*progress)(void *user),
+                               void *user)
+{
     memset(out, 0, sizeof *out);
     if (ds->n == 0)
         return FM_OK;
@@ -245,18 +259,24 @@ fm_status fm_evaluate(fm_model_t *m, const fm_dataset_t *ds, fm_eval_t *out)
     if (st != FM_OK)
         return st;
     double loss = 0.0, share = 0.0;
-    for (size_t pos = 0; pos < ds->n; pos += EVAL_BATCH) {
-        int B = (int)(ds->n - pos < EVAL_BATCH ? ds->n - pos : EVAL_BATCH);
+    const size_t eb = (size_t)eval_batch(m);
+    for (size_t pos = 0; pos < ds->n; pos += eb) {
+        int B = (int)(ds->n - pos < eb ? ds->n - pos : eb);
         fm_batch_stats_t bs;
         fm_batch_t b = {.ds = ds, .first = pos, .n = B};
         fm_model_forward(m, &b, false, NULL, &bs);
         loss += (double)bs.loss * B;
         share += (double)bs.generalist_share * B;
         out->correct += (size_t)bs.correct;
+        out->predictions += (size_t)bs.predictions;
+        if (progress && !progress(user)) {
+            fm_error_set("evaluation stopped");
+            return FM_ERR_STATE;
+        }
     }
     out->n = ds->n;
     out->loss = loss / ds->n;
     out->generalist_share = share / ds->n;
-    out->accuracy = (double)out->correct / ds->n;
+    out->accuracy = (double)out->correct / (double)out->predictions;
     return FM_OK;
 }

@@ -1,7 +1,10 @@
 /* clientdata.h - a client's data: load a dataset, take its partition, split it.
  *
  * Dataset specs: "fmnist" (Debian's package), "fmnist:DIR", "idx:IMAGES,LABELS",
- * "csv:PATH". With count == 0 the client takes all the data (centralized). */
+ * "csv:PATH", and text: "fortunes", "fortunes:LANG,...", "text:DIR"
+ * (textdata.h). With count == 0 the client takes all the data (centralized).
+ * Text is partitioned and split by document (labelled by language), then each
+ * split's documents become windows of `context` bytes. */
 #ifndef FEDMOE_CLIENTDATA_H
 #define FEDMOE_CLIENTDATA_H
 
@@ -11,6 +14,7 @@
 #include "fedmoe/dataset.h"
 #include "fedmoe/partition.h"
 #include "fedmoe/status.h"
+#include "fedmoe/textdata.h"
 
 typedef struct {
     const char *dataset;        /* spec as above */
@@ -18,9 +22,14 @@ typedef struct {
     fm_partition_config_t part;
     uint64_t seed;
     double test_frac, val_frac; /* 0.25, 0.2 */
+    int context;                /* text: bytes a window gives the model (its context) */
     bool holdout;               /* evaluate on a held-out part of train + validation,
                                  * never loading the test split (fm_split_holdout) */
 } fm_data_spec_t;
+
+/* Whether dataset names data in its standard place (fmnist, fortunes,
+ * fortunes:LANG,...), not a path: all a client takes from the network. */
+bool fm_data_spec_named(const char *dataset);
 
 /* Fashion-MNIST, the partition defaults, seed 1, a 25% test and 20% validation split. */
 void fm_data_spec_default(fm_data_spec_t *s);
@@ -48,7 +57,8 @@ void fm_client_data_free(fm_client_data_t *cd);
 typedef struct {
     fm_data_spec_t spec; /* (index unused) */
     char dataset[256];
-    fm_dataset_t all;
+    fm_dataset_t all;    /* text: its documents, labels only (x and tok NULL) */
+    fm_text_corpus_t text; /* text: the documents */
     fm_partition_t part; /* when spec.count > 0 */
 } fm_data_cache_t;
 fm_status fm_data_cache_load(fm_data_cache_t *c, const fm_data_spec_t *spec);

@@ -61,6 +61,14 @@ typedef struct {
     bool gating_on_validation; /* train the gating in the upper level instead of the lower */
 } fm_model_config_t;
 
+/* "image" or "text", and the inverse (FM_ERR_ARG with a reason naming flag). */
+const char *fm_family_name(fm_model_family_kind k);
+fm_status fm_family_parse(const char *flag, const char *name, fm_model_family_kind *out);
+/* Sets c's family to text with the text model's defaults (docs/model.md):
+ * d 128, 4 attention heads, 2 blocks, context 128, tied output; the expert
+ * settings as for images. */
+void fm_model_config_text(fm_model_config_t *c);
+
 /* Parses a stem name into *out: "mlp" or "cnn"; FM_ERR_ARG with a reason naming
  * flag (fm_error_last) otherwise. */
 fm_status fm_stem_parse(const char *flag, const char *name, fm_stem_kind *out);
@@ -116,6 +124,12 @@ size_t fm_model_prompt_size(const fm_model_t *m);
 /* FM_OK when ds has the shape this model reads (features, classes); otherwise
  * FM_ERR_ARG with a reason beginning with who (fm_error_last). */
 fm_status fm_model_accepts(const fm_model_t *m, const fm_dataset_t *ds, const char *who);
+/* Predictions m makes for one example: 1 (a class), or one a position (text). */
+int fm_model_predictions(const fm_model_t *m);
+/* The same for a model of c (checked sizes; 1 for an unknown family). */
+int fm_model_config_predictions(const fm_model_config_t *c);
+/* fm_model_accepts for a model of c (checked), before it is made. */
+fm_status fm_model_config_accepts(const fm_model_config_t *c, const fm_dataset_t *ds, const char *who);
 /* Bytes of m's activation and gradient workspace for a batch of B, measured
  * without allocating (compare FM_MODEL_MAX_WORKSPACE_BYTES). */
 double fm_model_workspace_bytes(const fm_model_t *m, int B);
@@ -133,9 +147,10 @@ void fm_model_anchor_specialists(fm_model_t *m, float rate);
 fm_status fm_model_set_nonlocal(fm_model_t *m, const float *prompts, int K);
 
 typedef struct {
-    float loss;          /* mean cross-entropy */
+    float loss;          /* mean cross-entropy over the predictions, in nats (text: / ln 2 = bits per byte) */
     float lb_loss;       /* load-balancing term (unweighted, summed over blocks) */
-    int correct;         /* argmax hits */
+    int predictions;     /* what was predicted: one per example (image), one per position (text) */
+    int correct;         /* argmax hits among them */
     float generalist_share; /* mean routing weight on generalists over blocks and inputs */
 } fm_batch_stats_t;
 

@@ -72,11 +72,18 @@ void fm_trainer_set_steps(fm_trainer_t *t, long lower, long upper);
 long fm_trainer_steps(const fm_trainer_t *t, fm_level level);
 
 typedef struct {
-    double loss, accuracy, generalist_share;
-    size_t n, correct;
+    double loss;             /* mean cross-entropy of a prediction (nats) */
+    double accuracy;         /* correct / predictions */
+    double generalist_share;
+    size_t n;                /* examples */
+    size_t predictions, correct; /* one prediction an example (image), one a byte (text) */
 } fm_eval_t;
 
 /* Loss, accuracy and generalist routing share of m on ds. */
 fm_status fm_evaluate(fm_model_t *m, const fm_dataset_t *ds, fm_eval_t *out);
+/* The same, calling progress(user) between batches (a long evaluation of text
+ * sends heartbeats); when it returns false, stops with FM_ERR_STATE. */
+fm_status fm_evaluate_progress(fm_model_t *m, const fm_dataset_t *ds, fm_eval_t *out, bool (*progress)(void *user),
+                               void *user);
 
 #endif

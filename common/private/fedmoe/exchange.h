@@ -10,6 +10,8 @@
  *   pfedmoap   vector, global prompt, K nearest     vector, trained prompt, metrics
  *   full       vector, global prompt, K nearest     vector, trained prompt, metrics
  *
+ * A model without a prompt head (the text task) exchanges no prompt.
+ *
  * The federated vector is the strategy's parameters in registry order
  * (fm_federated_pack). Readers check every tensor (name, shape, digest, finite
  * values) and every count before the caller changes anything. */
@@ -32,8 +34,8 @@ typedef struct {
     bool pool;   /* the K nearest pool prompts down; the client gates over them */
 } fm_exchange_t;
 
-/* What travels under strategy s. */
-fm_exchange_t fm_exchange_of(fm_strategy s);
+/* What travels in run s (its strategy and model). */
+fm_exchange_t fm_exchange_of(const fm_run_spec_t *s);
 
 /* Sizes both sides agree on: the federated vector and one prompt, in floats. */
 typedef struct {

@@ -1,0 +1,132 @@
+/* The text task through the real programs: a federated run of 3 clients x 2
+ * rounds (fedmoe-sim --task text: a real coordinator, CURVE, client
+ * processes, the fortune packages), each of local, fedavg and comigs; a
+ * standalone client learning on its defaults; and the refusals (a strategy
+ * with the prompt head, image data for the text model, text for the image
+ * model, a missing language or folder), each one clear line. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fedmoe/store.h"
+#include "procs.h"
+
+static char dir[256];
+
+/* A small run: the Irish and Esperanto fortunes (the smallest packages), windows of 32 bytes. */
+#define SMALL "--dataset fortunes:ga,eo --context 32 --batch 8"
+
+static void run_strategy(const char *strategy)
+{
+    char db[512], cmd[2048], *out;
+    snprintf(db, sizeof db, "%s/text-%s.db", dir, strategy);
+    snprintf(cmd, sizeof cmd, "%s --task text " SMALL " --strategy %s --clients 3 --rounds 2 --db %s --workdir %s/%s "
+             "--round-timeout 120 2>&1", BIN("client/fedmoe-sim"), strategy, db, dir, strategy);
+    int rc = procs_capture(cmd, &out);
+    if (rc != 0)
+        fprintf(stderr, "%s\n", out);
+    assert_int_equal(rc, 0);
+    free(out);
+    fm_round_row_t *r;
+    fm_client_round_row_t *cr;
+    int nr, nc;
+    procs_finished_run(db, &r, &nr, &cr, &nc);
+    assert_int_equal(nr, 2);
+    assert_int_equal(nc, 6);
+    for (int i = 0; i < nr; i++) {
+        assert_int_equal(r[i].completed, 3);
+        /* bits per byte: below the 8 of knowing nothing, and learning */
+        assert_true(r[i].test_loss / log(2.0) < 8.0 && r[i].test_accuracy > 0.0 && r[i].test_accuracy < 1.0);
+    }
+    assert_true(r[1].test_loss < r[0].test_loss);
+    for (int i = 0; i < nc; i++) {
+        assert_string_equal(cr[i].status, "completed");
+        assert_true(cr[i].train_samples > 0);
+        assert_int_equal(cr[i].test_samples % 32, 0); /* predictions: 32 a window */
+        assert_true(cr[i].test_correct <= cr[i].test_samples);
+    }
+    free(r);
+    free(cr);
+    fm_store_t *st;
+    fm_run_row_t run;
+    procs_open_latest(db, &st, &run);
+    assert_non_null(strstr(run.config, "\"family\":\"text\",\"context\":32"));
+    fm_store_run_clear(&run);
+    fm_store_close(&st);
+}
+
+static void test_federated_comigs(void **state)
+{
+    (void)state;
+    run_strategy("comigs");
+}
+
+static void test_federated_fedavg_and_local(void **state)
+{
+    (void)state;
+    run_strategy("fedavg");
+    run_strategy("local");
+}
+
+static void test_standalone(void **state)
+{
+    (void)state;
+    char cmd[1024], *out;
+    snprintf(cmd, sizeof cmd, "%s --standalone --task text " SMALL " --epochs 2 2>/dev/null",
+             BIN("client/fedmoe-client"));
+    assert_int_equal(procs_capture(cmd, &out), 0);
+    assert_non_null(strstr(out, "test_bpb"));
+    double bpb[2] = {0, 0};
+    int ep;
+    for (const char *line = strstr(out, "\n"); line && *line; line = strchr(line + 1, '\n')) {
+        double tr, v, va, te;
+        if (sscanf(line + 1, "%d %lf %lf %lf%% %lf", &ep, &tr, &v, &va, &te) == 5 && ep >= 1 && ep <= 2)
+            bpb[ep - 1] = te;
+    }
+    free(out);
+    assert_true(bpb[0] > 0.0 && bpb[0] < 8.0);
+    assert_true(bpb[1] < bpb[0]);
+}
+
+static void expect_refusal(const char *args, const char *says)
+{
+    char cmd[2048], *out;
+    snprintf(cmd, sizeof cmd, "%s 2>&1", args);
+    int rc = procs_capture(cmd, &out);
+    if (rc == 0 || !strstr(out, says))
+        fail_msg("'%s' exited %d saying: %s (expected: %s)", args, rc, out, says);
+    assert_int_equal(procs_count_lines(out), 1);
+    free(out);
+}
+
+static void test_refusals(void **state)
+{
+    (void)state;
+    char a[1024];
+    snprintf(a, sizeof a, "%s --task text --strategy full --insecure --partitions 3 --db %s/r.db", BIN("server/fedmoe-server"), dir);
+    expect_refusal(a, "needs the prompt head");
+    snprintf(a, sizeof a, "%s --standalone --task text --dataset fmnist --epochs 1", BIN("client/fedmoe-client"));
+    expect_refusal(a, "reads text");
+    snprintf(a, sizeof a, "%s --standalone --dataset fortunes:ga --epochs 1", BIN("client/fedmoe-client"));
+    expect_refusal(a, "--task text");
+    snprintf(a, sizeof a, "%s --standalone --task text --dataset fortunes:xx --epochs 1", BIN("client/fedmoe-client"));
+    expect_refusal(a, "no language 'xx'");
+    snprintf(a, sizeof a, "%s --standalone --task text --dataset text:%s/none --epochs 1", BIN("client/fedmoe-client"), dir);
+    expect_refusal(a, "cannot open the folder");
+    snprintf(a, sizeof a, "%s --standalone --task speech", BIN("client/fedmoe-client"));
+    expect_refusal(a, "--task");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_federated_comigs), cmocka_unit_test(test_federated_fedavg_and_local),
+        cmocka_unit_test(test_standalone),       cmocka_unit_test(test_refusals),
+    };
+    return procs_run_tests("text_e2e", tests, sizeof tests / sizeof tests[0], dir, sizeof dir);
+}
