@@ -213,13 +213,14 @@ static fm_status list_dir(const char *dir, bool want_dirs, names_t *out)
         names_free(out);
         return st;
     }
-    qsort(out->names, out->n, sizeof(char *), cmp_name);
+    if (out->n > 1)
+        qsort(out->names, out->n, sizeof(char *), cmp_name);
     return FM_OK;
 }
 
 static bool has_name(const names_t *l, const char *name)
 {
-    return bsearch(&name, l->names, l->n, sizeof(char *), cmp_name) != NULL;
+    return l->n > 0 && bsearch(&name, l->names, l->n, sizeof(char *), cmp_name) != NULL;
 }
 
 /* A fortune file's name worth reading: not an index (.dat), not a .u8 copy
