@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
-# Runs fedmoe-bench train and the PyTorch twin for the same stem in one go and
-# prints both JSON lines and the ratio of samples per second.
-#   bench/compare.sh [mlp|cnn] [repeats]
+# Runs fedmoe-bench train and the PyTorch twin of the same model in one go and
+# prints both JSON lines and the ratio of their throughputs (samples a second
+# for the image model's stems, tokens a second for text).
+#   bench/compare.sh [mlp|cnn|text] [repeats]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-stem=${1:-mlp}
+what=${1:-mlp}
 repeats=${2:-5}
-steps=200
-[[ $stem == cnn ]] && steps=50
-ours=$(build/bench/fedmoe-bench train --stem "$stem" --steps "$steps" --repeats "$repeats")
-theirs=$(/usr/bin/python3 bench/torch_model.py --stem "$stem" --steps "$steps" --repeats "$repeats")
+case $what in
+  mlp) steps=200 ours_args=(--stem mlp) theirs=(bench/torch_model.py --stem mlp) key=samples_per_s ;;
+  cnn) steps=50 ours_args=(--stem cnn) theirs=(bench/torch_model.py --stem cnn) key=samples_per_s ;;
+  text) steps=20 ours_args=(--task text) theirs=(bench/torch_text.py) key=tokens_per_s ;;
+  *) echo "compare: mlp, cnn or text, not '$what'" >&2; exit 2 ;;
+esac
+ours=$(build/bench/fedmoe-bench train "${ours_args[@]}" --steps "$steps" --repeats "$repeats")
+theirs=$(/usr/bin/python3 "${theirs[@]}" --steps "$steps" --repeats "$repeats")
 echo "$ours"
 echo "$theirs"
-a=$(sed -E 's/.*"samples_per_s":([0-9.]+).*/\1/' <<<"$ours")
-b=$(sed -E 's/.*"samples_per_s": ([0-9.]+).*/\1/' <<<"$theirs")
-awk -v a="$a" -v b="$b" -v s="$stem" 'BEGIN { printf "{\"stem\":\"%s\",\"ratio_fedmoe_over_pytorch\":%.2f}\n", s, a / b }'
+a=$(sed -E "s/.*\"$key\":([0-9.]+).*/\\1/" <<<"$ours")
+b=$(sed -E "s/.*\"$key\": ([0-9.]+).*/\\1/" <<<"$theirs")
+awk -v a="$a" -v b="$b" -v s="$what" 'BEGIN { printf "{\"model\":\"%s\",\"ratio_fedmoe_over_pytorch\":%.2f}\n", s, a / b }'

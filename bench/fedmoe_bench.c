@@ -1,12 +1,13 @@
 /* fedmoe-bench: performance measurements that print one JSON line each.
  *
- *   fedmoe-bench train [--stem mlp|cnn] [--batch B] [--steps N] [--repeats R] [--threads T]
+ *   fedmoe-bench train [--task image|text] [--stem mlp|cnn] [--batch B] [--steps N] [--repeats R] [--threads T]
  *
  * train: local training throughput of the default model (lower-level steps, the
  * full backward, with K non-local prompts so the gating runs) on synthetic
- * standardized inputs; the median over R repeats of N steps. Also the GEMM
- * GFLOP/s the step reaches and the single-thread cblas_sgemm peak (1024^3) for
- * the fraction of peak. */
+ * standardized inputs; the median over R repeats of N steps. With --task text,
+ * the default text model on windows of random bytes, in tokens (bytes
+ * predicted) a second. Also the GEMM GFLOP/s the step reaches and the
+ * single-thread cblas_sgemm peak (1024^3) for the fraction of peak. */
 #include <cblas.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -58,6 +59,7 @@ static double sgemm_peak(int n)
 static int bench_train(int argc, char **argv)
 {
     static const struct option opts[] = {{"stem", required_argument, 0, 's'}, {"batch", required_argument, 0, 'b'},
+                                         {"task", required_argument, 0, 'k'},
                                          {"steps", required_argument, 0, 'n'}, {"repeats", required_argument, 0, 'r'},
                                          {"threads", required_argument, 0, 't'}, {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
@@ -70,12 +72,17 @@ static int bench_train(int argc, char **argv)
         fm_status st = FM_OK;
         switch (c) {
         case 's': st = fm_stem_parse("--stem", optarg, &mc.stem); break;
+        case 'k':
+            if ((st = fm_family_parse("--task", optarg, &mc.family)) == FM_OK && mc.family == FM_FAMILY_TEXT)
+                fm_model_config_text(&mc);
+            break;
         case 'b': st = fm_arg_int("--batch", optarg, 1, 4096, &batch); break;
         case 'n': st = fm_arg_int("--steps", optarg, 1, 1000000, &steps); break;
         case 'r': st = fm_arg_int("--repeats", optarg, 1, 1000, &repeats); break;
         case 't': st = fm_arg_int("--threads", optarg, 1, 256, &threads); break;
         case 'h':
-            printf("usage: fedmoe-bench train [--stem mlp|cnn] [--batch 32] [--steps 200] [--repeats 5] [--threads 1]\n");
+            printf("usage: fedmoe-bench train [--task image|text] [--stem mlp|cnn] [--batch 32] [--steps 200] "
+                   "[--repeats 5] [--threads 1]\n");
             return 0;
         default:
             fm_error_set("unknown or incomplete option '%s'", argv[optind - 1]);
@@ -99,19 +106,27 @@ static int bench_train(int argc, char **argv)
     }
     fm_rng_t r;
     fm_rng_init(&r, 2, 2);
+    const bool text = mc.family == FM_FAMILY_TEXT;
     size_t psz = (size_t)mc.prompt_len * mc.prompt_dim;
-    float *nl = malloc(sizeof(float) * psz * mc.max_nonlocal);
+    float *nl = malloc(sizeof(float) * (psz * mc.max_nonlocal + 1));
     fm_rng_fill_uniform(&r, nl, psz * mc.max_nonlocal, 0.05f);
-    fm_model_set_nonlocal(m, nl, mc.max_nonlocal);
-    /* a pool of synthetic batches */
+    if (!text)
+        fm_model_set_nonlocal(m, nl, mc.max_nonlocal);
+    /* a pool of synthetic batches: standardized inputs, or windows of random bytes */
     const int pool = 16;
-    float *x = malloc(sizeof(float) * (size_t)pool * batch * mc.in_dim);
-    uint8_t *y = malloc((size_t)pool * batch);
-    for (size_t i = 0; i < (size_t)pool * batch * mc.in_dim; i++)
-        x[i] = (float)fm_rng_normal(&r);
-    for (int i = 0; i < pool * batch; i++)
+    size_t rows = (size_t)pool * batch, per = text ? (size_t)mc.context + 1 : (size_t)mc.in_dim;
+    float *x = text ? NULL : malloc(sizeof(float) * rows * per);
+    uint8_t *tok = text ? malloc(rows * per) : NULL, *y = calloc(rows, 1);
+    for (size_t i = 0; i < rows * per; i++) {
+        if (text)
+            tok[i] = (uint8_t)fm_rng_below(&r, 256);
+        else
+            x[i] = (float)fm_rng_normal(&r);
+    }
+    for (size_t i = 0; i < rows && !text; i++)
         y[i] = (uint8_t)fm_rng_below(&r, (uint32_t)mc.classes);
-    fm_dataset_t ds = {.n = (size_t)pool * batch, .dim = mc.in_dim, .classes = mc.classes, .x = x, .y = y};
+    fm_dataset_t ds = {.n = rows, .dim = text ? mc.context : mc.in_dim, .classes = text ? 1 : mc.classes, .x = x,
+                       .tok = tok, .y = y};
     fm_batch_t b[pool];
     for (int i = 0; i < pool; i++)
         b[i] = (fm_batch_t){.ds = &ds, .first = (size_t)i * batch, .n = batch};
@@ -125,24 +140,27 @@ static int bench_train(int argc, char **argv)
         for (int i = 0; i < steps; i++)
             fm_trainer_step(t, FM_LEVEL_LOWER, &b[i % pool]);
         double dt = fm_clock_seconds() - t0;
-        sps[rep] = (double)steps * batch / dt;
+        sps[rep] = (double)steps * batch * fm_model_predictions(m) / dt;
         gfl[rep] = (double)(fm_gemm_flops() - f0) / dt / 1e9;
         t0 = fm_clock_seconds();
         for (int i = 0; i < steps; i++)
             fm_trainer_step(t, FM_LEVEL_UPPER, &b[i % pool]);
-        usps[rep] = (double)steps * batch / (fm_clock_seconds() - t0);
+        usps[rep] = (double)steps * batch * fm_model_predictions(m) / (fm_clock_seconds() - t0);
     }
     double peak = sgemm_peak(1024);
     double s = median(sps, repeats), g = median(gfl, repeats), u = median(usps, repeats);
-    printf("{\"bench\":\"train\",\"impl\":\"fedmoe\",\"stem\":\"%s\",\"batch\":%d,\"threads\":%d,\"steps\":%d,"
-           "\"repeats\":%d,\"samples_per_s\":%.1f,\"upper_samples_per_s\":%.1f,\"gemm_gflops\":%.2f,"
-           "\"sgemm_peak_gflops\":%.2f,\"peak_fraction\":%.3f,\"params\":%zu}\n",
-           fm_stem_name(mc.stem), batch, threads, steps, repeats, s, u, g, peak, g / peak,
-           fm_params_total(fm_model_params(m)));
+    /* (text: per token, a byte predicted; image: per sample) */
+    const char *unit = text ? "tokens" : "samples";
+    printf("{\"bench\":\"train\",\"impl\":\"fedmoe\",\"task\":\"%s\",\"stem\":\"%s\",\"batch\":%d,"
+           "\"context\":%d,\"threads\":%d,\"steps\":%d,\"repeats\":%d,\"%s_per_s\":%.1f,\"upper_%s_per_s\":%.1f,"
+           "\"gemm_gflops\":%.2f,\"sgemm_peak_gflops\":%.2f,\"peak_fraction\":%.3f,\"params\":%zu}\n",
+           fm_family_name(mc.family), fm_stem_name(mc.stem), batch, text ? mc.context : 0, threads, steps, repeats,
+           unit, s, unit, u, g, peak, g / peak, fm_params_total(fm_model_params(m)));
     free(sps);
     free(gfl);
     free(usps);
     free(x);
+    free(tok);
     free(y);
     free(nl);
     fm_trainer_destroy(&t);

@@ -105,7 +105,7 @@ static int pick_run(fm_store_t *st, const char *arg, fm_run_row_t *run)
 
 /* A tuning run (--holdout): its test columns hold the held-out part of the
  * clients' train and validation data. */
-static bool is_holdout(const fm_run_row_t *r) { return r->config && strstr(r->config, "\"holdout\":true") != NULL; }
+
 
 static int cmd_runs(fm_store_t *st)
 {
@@ -130,7 +130,7 @@ static int cmd_runs(fm_store_t *st)
                    (unsigned long long)runs[i].seed, rounds, "-", runs[i].started_at);
         else
             printf("%-28s %-9s %-9s %6llu %14s %9.2f%%%s %s\n", runs[i].id, runs[i].strategy, runs[i].status,
-                   (unsigned long long)runs[i].seed, rounds, 100.0 * acc, is_holdout(&runs[i]) ? "h" : " ",
+                   (unsigned long long)runs[i].seed, rounds, 100.0 * acc, fm_run_holdout(&runs[i]) ? "h" : " ",
                    runs[i].started_at);
         fm_store_run_clear(&runs[i]);
     }
@@ -150,12 +150,15 @@ static int cmd_rounds(fm_store_t *st, const char *arg)
         return fail();
     }
     printf("run %s (%s, %s, %d/%d rounds)%s\n", run.id, run.strategy, run.status, run.rounds_done, run.rounds_planned,
-           is_holdout(&run) ? "; holdout run: test_loss and test_acc are on held-out train/validation data" : "");
+           fm_run_holdout(&run) ? "; holdout run: test_loss and test_acc are on held-out train/validation data" : "");
+    char tr[16], te[16];
+    double unit = fm_run_loss_unit(&run); /* (text: bits per byte) */
     printf("%5s %8s %9s %7s %10s %9s %9s %9s %10s %10s %8s\n", "round", "selected", "completed", "dropped",
-           "train_loss", "test_loss", "test_acc", "val_acc", "bytes_up", "bytes_down", "seconds");
+           fm_run_loss_name(&run, "train", tr, sizeof tr), fm_run_loss_name(&run, "test", te, sizeof te), "test_acc",
+           "val_acc", "bytes_up", "bytes_down", "seconds");
     for (int i = 0; i < n; i++)
         printf("%5d %8d %9d %7d %10.4f %9.4f %8.2f%% %8.2f%% %10lld %10lld %8.2f\n", r[i].round, r[i].selected,
-               r[i].completed, r[i].dropped, r[i].train_loss, r[i].test_loss, 100.0 * r[i].test_accuracy,
+               r[i].completed, r[i].dropped, r[i].train_loss * unit, r[i].test_loss * unit, 100.0 * r[i].test_accuracy,
                100.0 * r[i].val_accuracy, (long long)r[i].bytes_up, (long long)r[i].bytes_down, r[i].seconds);
     free(r);
     fm_store_run_clear(&run);
@@ -179,11 +182,15 @@ static int cmd_clients(fm_store_t *st, int round, const char *arg)
         return fail();
     }
     printf("run %s, round %d\n", run.id, round);
-    printf("%-20s %-9s %10s %9s %9s %9s %9s %8s %8s %8s\n", "client", "status", "train_loss", "val_loss", "test_loss",
-           "test_acc", "gen_share", "samples", "tested", "seconds");
+    char tr[16], va[16], te[16];
+    double unit = fm_run_loss_unit(&run);
+    printf("%-20s %-9s %10s %9s %9s %9s %9s %8s %8s %8s\n", "client", "status",
+           fm_run_loss_name(&run, "train", tr, sizeof tr), fm_run_loss_name(&run, "val", va, sizeof va),
+           fm_run_loss_name(&run, "test", te, sizeof te), "test_acc", "gen_share", "samples", "tested", "seconds");
     for (int i = 0; i < n; i++)
         printf("%-20s %-9s %10.4f %9.4f %9.4f %8.2f%% %9.3f %8lld %8lld %8.2f\n", c[i].client_id, c[i].status,
-               c[i].train_loss, c[i].val_loss, c[i].test_loss, 100.0 * c[i].test_accuracy, c[i].generalist_share,
+               c[i].train_loss * unit, c[i].val_loss * unit, c[i].test_loss * unit, 100.0 * c[i].test_accuracy,
+               c[i].generalist_share,
                (long long)c[i].train_samples, (long long)c[i].test_samples, c[i].seconds);
     free(c);
     fm_store_run_clear(&run);
@@ -299,16 +306,22 @@ typedef struct {
     int n;
 } series_t;
 
-/* One panel: x = round, y = a field chosen by `which` (0 accuracy %, 1 train loss, 2 test loss). */
+/* Round j of series s in panel `which`: 0 accuracy %, 1 train loss, 2 test
+ * loss (text runs: bits per byte). */
+static double series_value(const series_t *s, int j, int which)
+{
+    double unit = which ? fm_run_loss_unit(&s->run) : 1.0;
+    return unit * (which == 0 ? 100.0 * s->r[j].test_accuracy : which == 1 ? s->r[j].train_loss : s->r[j].test_loss);
+}
+
+/* One panel: x = round, y = a field chosen by `which` (series_value). */
 static void panel(FILE *f, series_t *s, int ns, int which, double x0, double y0, double w, double h, const char *title,
                   int max_round)
 {
     double lo = INFINITY, hi = -INFINITY;
     for (int i = 0; i < ns; i++)
         for (int j = 0; j < s[i].n; j++) {
-            double v = which == 0 ? 100.0 * s[i].r[j].test_accuracy : which == 1 ? s[i].r[j].train_loss : s[i].r[j].test_loss;
-            if (which == 3)
-                v = s[i].r[j].test_loss;
+            double v = series_value(&s[i], j, which);
             lo = fmin(lo, v);
             hi = fmax(hi, v);
         }
@@ -341,7 +354,7 @@ static void panel(FILE *f, series_t *s, int ns, int which, double x0, double y0,
     for (int i = 0; i < ns; i++) {
         fprintf(f, "<polyline fill='none' stroke='%s' stroke-width='1.8' points='", COLORS[i % 8]);
         for (int j = 0; j < s[i].n; j++) {
-            double v = which == 0 ? 100.0 * s[i].r[j].test_accuracy : which == 1 ? s[i].r[j].train_loss : s[i].r[j].test_loss;
+            double v = series_value(&s[i], j, which);
             double x = x0 + w * (s[i].r[j].round - 1) / (double)(xr - 1), y = y0 + h - h * (v - lo) / (hi - lo);
             fprintf(f, "%.1f,%.1f ", x, y);
         }
@@ -372,8 +385,12 @@ static int cmd_plot(fm_store_t *st, const char *out, char **runs, int nruns)
         fprintf(f, "<?xml version='1.0' encoding='UTF-8'?>\n<svg xmlns='http://www.w3.org/2000/svg' width='%.0f' "
                    "height='%.0f' font-family='sans-serif'>\n<rect width='100%%' height='100%%' fill='white'/>\n", W, H);
         panel(f, s, ns, 0, 60, 40, 280, 240, "test accuracy (%)", max_round);
-        panel(f, s, ns, 1, 400, 40, 260, 240, "mean train loss", max_round);
-        panel(f, s, ns, 2, 720, 40, 260, 240, "test loss", max_round);
+        bool text = false; /* (text runs' losses in bits per byte) */
+        for (int i = 0; i < ns; i++)
+            text |= fm_run_text(&s[i].run);
+        panel(f, s, ns, 1, 400, 40, 260, 240, text ? "mean train loss (text: bits/byte)" : "mean train loss",
+              max_round);
+        panel(f, s, ns, 2, 720, 40, 260, 240, text ? "test loss (text: bits/byte)" : "test loss", max_round);
         for (int i = 0; i < ns; i++) {
             double y = 340 + 18.0 * i;
             fprintf(f, "<line x1='60' y1='%.1f' x2='90' y2='%.1f' stroke='%s' stroke-width='3'/>\n", y - 4, y - 4, COLORS[i % 8]);

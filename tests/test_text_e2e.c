@@ -21,10 +21,12 @@ static char dir[256];
 /* A small run: the Irish and Esperanto fortunes (the smallest packages), windows of 32 bytes. */
 #define SMALL "--dataset fortunes:ga,eo --context 32 --batch 8"
 
-static void run_strategy(const char *strategy)
+/* Runs strategy; its round log's path into db (512 bytes); the first round's
+ * test loss (nats a byte) into *loss1. */
+static void run_strategy(const char *strategy, char *db, double *loss1)
 {
-    char db[512], cmd[2048], *out;
-    snprintf(db, sizeof db, "%s/text-%s.db", dir, strategy);
+    char cmd[2048], *out;
+    snprintf(db, 512, "%s/text-%s.db", dir, strategy);
     snprintf(cmd, sizeof cmd, "%s --task text " SMALL " --strategy %s --clients 3 --rounds 2 --db %s --workdir %s/%s "
              "--round-timeout 120 2>&1", BIN("client/fedmoe-sim"), strategy, db, dir, strategy);
     int rc = procs_capture(cmd, &out);
@@ -44,6 +46,7 @@ static void run_strategy(const char *strategy)
         assert_true(r[i].test_loss / log(2.0) < 8.0 && r[i].test_accuracy > 0.0 && r[i].test_accuracy < 1.0);
     }
     assert_true(r[1].test_loss < r[0].test_loss);
+    *loss1 = r[0].test_loss;
     for (int i = 0; i < nc; i++) {
         assert_string_equal(cr[i].status, "completed");
         assert_true(cr[i].train_samples > 0);
@@ -63,14 +66,29 @@ static void run_strategy(const char *strategy)
 static void test_federated_comigs(void **state)
 {
     (void)state;
-    run_strategy("comigs");
+    char db[512], cmd[1024], *out;
+    double loss1;
+    run_strategy("comigs", db, &loss1);
+    /* fedmoe-history shows the losses of a text run in bits per byte */
+    snprintf(cmd, sizeof cmd, "%s --db %s rounds", BIN("server/fedmoe-history"), db);
+    assert_int_equal(procs_capture(cmd, &out), 0);
+    assert_non_null(strstr(out, "train_bpb"));
+    const char *row = strstr(out, "\n    1 ");
+    assert_non_null(row);
+    int round, sel, comp, drop;
+    double train, test;
+    assert_int_equal(sscanf(row, "%d %d %d %d %lf %lf", &round, &sel, &comp, &drop, &train, &test), 6);
+    assert_true(fabs(test - loss1 / log(2.0)) < 1e-3);
+    free(out);
 }
 
 static void test_federated_fedavg_and_local(void **state)
 {
     (void)state;
-    run_strategy("fedavg");
-    run_strategy("local");
+    char db[512];
+    double loss1;
+    run_strategy("fedavg", db, &loss1);
+    run_strategy("local", db, &loss1);
 }
 
 static void test_standalone(void **state)

@@ -1,6 +1,7 @@
 /* report.c - see fedmoe/report.h. */
 #include "fedmoe/report.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 void fm_report_begin(fm_report_t *r, const char *db, const char *run, bool running_is_it)
 {
     memset(r, 0, sizeof *r);
+    r->unit = 1.0;
     snprintf(r->db, sizeof r->db, "%s", db);
     r->t0 = fm_clock_seconds();
     if (run && run[0]) {
@@ -47,11 +49,26 @@ static void json_field(const char *json, const char *key, char *out, size_t cap,
         snprintf(out, cap, "%.*s", (int)n, p);
 }
 
-static bool holdout_run(const fm_run_row_t *run)
+bool fm_run_holdout(const fm_run_row_t *run)
 {
     char h[16];
     json_field(run->config, "holdout", h, sizeof h, "false");
     return !strcmp(h, "true");
+}
+
+bool fm_run_text(const fm_run_row_t *run)
+{
+    char f[16];
+    json_field(run->config, "family", f, sizeof f, "image");
+    return !strcmp(f, "text");
+}
+
+double fm_run_loss_unit(const fm_run_row_t *run) { return fm_run_text(run) ? 1.0 / log(2.0) : 1.0; }
+
+const char *fm_run_loss_name(const fm_run_row_t *run, const char *which, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s_%s", which, fm_run_text(run) ? "bpb" : "loss");
+    return buf;
 }
 
 static bool open_store(fm_report_t *r)
@@ -65,7 +82,7 @@ static void print_rounds(fm_report_t *r, const fm_round_row_t *rr, int n)
 {
     for (; r->shown < n; r->shown++)
         printf("%5d %4d/%-4d %10.4f %9.4f %8.2f%% %8.2f\n", rr[r->shown].round, rr[r->shown].completed,
-               rr[r->shown].selected, rr[r->shown].train_loss, rr[r->shown].test_loss,
+               rr[r->shown].selected, rr[r->shown].train_loss * r->unit, rr[r->shown].test_loss * r->unit,
                100.0 * rr[r->shown].test_accuracy, rr[r->shown].seconds);
 }
 
@@ -91,9 +108,12 @@ void fm_report_progress(fm_report_t *r)
     fm_run_row_t run;
     bool found = false;
     if (!r->headed && fm_store_get_run(r->store, r->run_id, &run, &found) == FM_OK && found) {
+        char tr[16], te[16];
+        r->unit = fm_run_loss_unit(&run);
         printf("run %s\n%s%5s %9s %10s %9s %9s %8s\n", r->run_id,
-               holdout_run(&run) ? "holdout run: test_loss and test_acc are on held-out train/validation data\n" : "",
-               "round", "clients", "train_loss", "test_loss", "test_acc", "seconds");
+               fm_run_holdout(&run) ? "holdout run: test_loss and test_acc are on held-out train/validation data\n" : "",
+               "round", "clients", fm_run_loss_name(&run, "train", tr, sizeof tr),
+               fm_run_loss_name(&run, "test", te, sizeof te), "test_acc", "seconds");
         r->headed = true;
         fm_store_run_clear(&run);
     }
@@ -148,7 +168,7 @@ static void print_clients(fm_report_t *r, int round)
 
 static void print_summary(fm_report_t *r, const fm_round_row_t *rr, int n, const fm_run_row_t *run)
 {
-    bool holdout = holdout_run(run); /* accuracies are then on the held-out part, not on test */
+    bool holdout = fm_run_holdout(run); /* accuracies are then on the held-out part, not on test */
     int best = 0;
     double secs = 0;
     long long up = 0, down = 0;
@@ -169,7 +189,8 @@ static void print_summary(fm_report_t *r, const fm_round_row_t *rr, int n, const
            100.0 * rr[n - 1].test_accuracy, holdout ? " (test splits unused)" : "");
     printf("  best %-21s %.2f%% (round %d)\n", holdout ? "holdout accuracy" : "test accuracy",
            100.0 * rr[best].test_accuracy, rr[best].round);
-    printf("  %-26s %.4f\n", "final mean train loss", rr[n - 1].train_loss);
+    printf("  %-26s %.4f\n", fm_run_text(run) ? "final mean train bits/byte" : "final mean train loss",
+           rr[n - 1].train_loss * fm_run_loss_unit(run));
     printf("  %-26s %.2f s\n", "mean round time", secs / n);
     printf("  %-26s %.1f s\n", "wall time", fm_clock_seconds() - r->t0);
     printf("  %-26s %.1f MB up, %.1f MB down\n", "traffic", up / 1e6, down / 1e6);

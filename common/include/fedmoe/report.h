@@ -6,6 +6,7 @@
 #define FEDMOE_REPORT_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "fedmoe/store.h"
 
@@ -17,7 +18,18 @@ typedef struct {
     bool headed;        /* the run's header is printed */
     int shown;          /* rounds printed */
     double t0;          /* when the report began (the wall time of the summary) */
+    double unit;        /* losses shown times this: 1, or 1/ln 2 for text (bits per byte) */
 } fm_report_t;
+
+/* From a run's config: a holdout run (its test columns are on held-out train and
+ * validation data); a text run, whose losses (nats a byte in the log) are
+ * shown in bits per byte: multiplied by fm_run_loss_unit, under the names
+ * "train_bpb", "val_bpb", "test_bpb" instead of "train_loss" ... */
+bool fm_run_holdout(const fm_run_row_t *run);
+bool fm_run_text(const fm_run_row_t *run);
+double fm_run_loss_unit(const fm_run_row_t *run);
+/* "train_loss" or "train_bpb" for which = "train" (also "val", "test"), in buf. */
+const char *fm_run_loss_name(const fm_run_row_t *run, const char *which, char *buf, size_t cap);
 
 /* Starts a report on database db: follows `run` when given; else, with
  * running_is_it, the latest run if it is still running; else the first run

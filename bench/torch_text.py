@@ -1,0 +1,101 @@
+#!/usr/bin/python3
+"""The fedmoe text model in PyTorch, for the training-throughput comparison.
+
+Same architecture and sizes as common/src/model_text.c (docs/model.md "The text
+model"): byte and position embeddings (d 128, context 128), 2 blocks of
+pre-LayerNorm causal self-attention (4 heads, one stacked QKV projection) and
+the MoE layer of bench/torch_model.py (1 generalist + 2 specialists, top-2,
+load balancing), final LayerNorm, output tied to the byte embedding, next-byte
+cross-entropy. One lower-level AdamW step per batch of 32 windows of random
+bytes, single thread; prints one JSON line like fedmoe-bench train --task text.
+
+    python3 bench/torch_text.py [--batch 32] [--steps 20] [--repeats 5] [--threads 1]
+"""
+import argparse
+import json
+import statistics
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from torch_model import Block, D, LB_W, L
+
+T, HEADS, V = 128, 4, 256
+
+
+class Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln = nn.LayerNorm(D)
+        self.qkv = nn.Linear(D, 3 * D)
+        self.o = nn.Linear(D, D)
+
+    def forward(self, h):
+        B, Tn, _ = h.shape
+        q, k, v = self.qkv(self.ln(h)).split(D, dim=-1)
+        q, k, v = (t.view(B, Tn, HEADS, D // HEADS).transpose(1, 2) for t in (q, k, v))
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return h + self.o(o.transpose(1, 2).reshape(B, Tn, D))
+
+
+class TextModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(V, D)
+        self.pos = nn.Parameter(torch.randn(T, D) * 0.02)
+        self.attn = nn.ModuleList([Attention() for _ in range(L)])
+        self.moe = nn.ModuleList([Block() for _ in range(L)])
+        self.lnf = nn.LayerNorm(D)
+
+    def forward(self, tok):
+        x, y = tok[:, :-1], tok[:, 1:]
+        B, Tn = x.shape
+        h = self.emb(x) + self.pos[:Tn]
+        lb = 0.0
+        for a, m in zip(self.attn, self.moe):
+            h = a(h)
+            flat, l = m(h.reshape(B * Tn, D))
+            h = flat.view(B, Tn, D)
+            lb = lb + l
+        logits = self.lnf(h) @ self.emb.weight.t()
+        return F.cross_entropy(logits.reshape(-1, V), y.reshape(-1)) + LB_W * lb
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=1)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(1)
+    model = TextModel()
+    lower = [p for n, p in model.named_parameters() if "router" not in n]
+    opt = torch.optim.AdamW(lower, lr=1e-3, weight_decay=1e-4)
+    pool = 16
+    toks = torch.randint(0, V, (pool, a.batch, T + 1))
+
+    def step(i):
+        opt.zero_grad(set_to_none=True)
+        loss = model(toks[i % pool])
+        loss.backward()
+        opt.step()
+
+    for i in range(5):
+        step(i)
+    rates = []
+    for _ in range(a.repeats):
+        t0 = time.perf_counter()
+        for i in range(a.steps):
+            step(i)
+        rates.append(a.steps * a.batch * T / (time.perf_counter() - t0))
+    print(json.dumps({"bench": "train", "impl": "pytorch", "torch": torch.__version__, "task": "text",
+                      "batch": a.batch, "context": T, "threads": a.threads, "steps": a.steps, "repeats": a.repeats,
+                      "tokens_per_s": round(statistics.median(rates), 1)}))
+
+
+if __name__ == "__main__":
+    main()
