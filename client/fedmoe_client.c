@@ -126,6 +126,7 @@ int main(int argc, char **argv)
         return federated(&o);
     fm_model_config_t mc = spec.model;
     fm_train_config_t tc = spec.train;
+    tc.local_steps = 0; /* (standalone: --epochs passes) */
     fm_data_spec_t ds;
     fm_data_spec_default(&ds);
     ds.dataset = spec.dataset;

@@ -176,6 +176,22 @@ static void test_alternation_schedule(void **state)
     empty.dim = DIM;
     assert_int_equal(fm_trainer_run(t, &train, &empty, 1, &st), FM_OK);
     assert_int_equal(st.upper_steps, 0);
+    /* a budget in steps: exactly 23 lower steps (two passes of 10 and three
+     * more), whatever the epochs; and fewer than a pass */
+    fm_trainer_destroy(&t);
+    tc.expert_steps = 3;
+    tc.router_steps = 2;
+    tc.local_steps = 23;
+    assert_int_equal(fm_trainer_new(&t, m, &tc, 1, 1), FM_OK);
+    assert_int_equal(fm_trainer_run(t, &train, &val, 1, &st), FM_OK);
+    assert_int_equal(st.lower_steps, 23);
+    assert_int_equal(st.samples, 23 * 32);
+    assert_int_equal(st.upper_steps, 7 * 2 + 1); /* after 3, ..., 21, then round(2 * 2 / 3) */
+    fm_trainer_destroy(&t);
+    tc.local_steps = 4;
+    assert_int_equal(fm_trainer_new(&t, m, &tc, 1, 1), FM_OK);
+    assert_int_equal(fm_trainer_run(t, &train, &val, 5, &st), FM_OK);
+    assert_int_equal(st.lower_steps, 4);
     /* wrong feature count is an error, not a crash */
     fm_dataset_t wrong = train;
     wrong.dim = DIM + 1;

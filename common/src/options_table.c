@@ -67,6 +67,11 @@ static fm_status set_task(fm_options_t *o, const char *flag, const char *v)
         }
         if (!fm_options_given(o, "strategy"))
             o->spec->strategy = FM_STRATEGY_COMIGS;
+        /* a round's budget in steps: a pass over a language's text took minutes */
+        if (!fm_options_given(o, "local-steps"))
+            o->spec->train.local_steps = FM_TEXT_LOCAL_STEPS;
+        if (!fm_options_given(o, "batch"))
+            o->spec->train.batch = FM_TEXT_BATCH;
     }
     c->generalists = keep.generalists;
     c->specialists = keep.specialists;
@@ -308,6 +313,9 @@ static const fm_option_t table[] = {
     {"gating-on-validation", 0, FM_OPT_SWITCH, NULL, 0, 0, C, SPEC, R(model.gating_on_validation), NULL, NULL,
      NULL, FM_OPT_G_MODEL, "train the gating in the upper (validation) level"},
     /* training */
+    {"local-steps", 0, FM_OPT_INT, "N", 0, 1 << 30, S | M, SPEC, R(train.local_steps), NULL, NULL, NULL,
+     FM_OPT_G_TRAIN, "a round trains exactly N lower steps (batches), passes after\n"
+     "passes; 0: --local-epochs passes (text: 50)"},
     {"local-epochs", 0, FM_OPT_INT, "N", 1, 1000, S | M, SPEC, R(local_epochs), NULL, NULL, NULL, FM_OPT_G_TRAIN,
      "passes over a client's train split per round"},
     {"epochs", 0, FM_OPT_INT, "N", 0, 1000000, C, 0, O(epochs), NULL, NULL, NULL, FM_OPT_G_TRAIN,

@@ -106,6 +106,7 @@ fm_status fm_run_spec_finish(fm_run_spec_t *s)
         return FM_ERR_ARG;
     }
     if (s->train.batch < 1 || s->train.batch > 65536 || s->train.expert_steps < 1 || s->train.router_steps < 0 ||
+        s->train.local_steps < 0 || s->train.local_steps > (1 << 30) ||
         !(s->train.lower.lr >= 0.0f && s->train.lower.lr <= 10.0f) || !(s->train.upper.lr >= 0.0f && s->train.upper.lr <= 10.0f)) {
         fm_error_set("training spec out of range (batch 1..65536, expert_steps >= 1, lr 0..10)");
         return FM_ERR_ARG;
@@ -138,7 +139,7 @@ size_t fm_run_spec_json(const fm_run_spec_t *s, char *buf, size_t cap)
         "\"prompt_len\":%d,\"prompt_dim\":%d,\"text_hidden\":%d,\"heads\":%d,\"max_nonlocal\":%d,"
         "\"attn_scale\":%g,\"lambda\":%g,\"tau\":%g,\"gating\":%s,\"gating_on_validation\":%s},"
         "\"train\":{\"batch\":%d,\"expert_steps\":%d,\"router_steps\":%d,\"lr\":%g,\"router_lr\":%g,"
-        "\"weight_decay\":%g,\"local_epochs\":%d,\"lb_in_upper\":%s,\"anchor\":%g,\"lr_schedule\":\"%s\"},"
+        "\"weight_decay\":%g,\"local_epochs\":%d,\"local_steps\":%d,\"lb_in_upper\":%s,\"anchor\":%g,\"lr_schedule\":\"%s\"},"
         "\"aggregation\":{\"rule\":\"%s\",\"clip\":\"%s\"}}",
         fm_strategy_name(s->strategy), (unsigned long long)s->seed, s->dataset, fm_partition_kind_name(s->part.kind),
         s->part.alpha, s->part.classes_per_client, s->part.min_samples, s->partition_count, s->holdout ? "true" : "false",
@@ -147,7 +148,7 @@ size_t fm_run_spec_json(const fm_run_spec_t *s, char *buf, size_t cap)
         c->prompt_dim, c->text_hidden, c->heads, c->max_nonlocal, c->attn_scale, c->lambda, c->tau,
         c->gating ? "true" : "false", c->gating_on_validation ? "true" : "false", s->train.batch,
         s->train.expert_steps, s->train.router_steps, s->train.lower.lr, s->train.upper.lr,
-        s->train.lower.weight_decay, s->local_epochs, s->train.lb_in_upper ? "true" : "false",
+        s->train.lower.weight_decay, s->local_epochs, s->train.local_steps, s->train.lb_in_upper ? "true" : "false",
         s->train.anchor, fm_lr_schedule_name(s->lr_schedule), rule, clip);
     return n < 0 ? 0 : (size_t)n;
 }

@@ -46,6 +46,7 @@ static void spec_to_pb(const fm_run_spec_t *s, Fedmoe__ModelSpec *m, Fedmoe__Tra
     t->local_epochs = (uint32_t)s->local_epochs;
     t->lb_in_upper = s->train.lb_in_upper;
     t->anchor = s->train.anchor;
+    t->local_steps = (uint32_t)s->train.local_steps;
     fedmoe__data_spec__init(d);
     d->dataset = (char *)s->dataset;
     d->scheme = (char *)fm_partition_kind_name(s->part.kind);
@@ -130,6 +131,7 @@ fm_status fm_run_spec_from_welcome(fm_run_spec_t *s, const Fedmoe__Welcome *w, i
     s->train.lower.weight_decay = t->weight_decay;
     s->train.lb_in_upper = t->lb_in_upper;
     s->train.anchor = t->anchor;
+    s->train.local_steps = CAP_INT(t->local_steps, 1u << 30);
     s->local_epochs = CAP_INT(t->local_epochs, 1000);
     const Fedmoe__DataSpec *d = w->data;
     snprintf(s->dataset, sizeof s->dataset, "%s", d->dataset);

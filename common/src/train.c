@@ -44,6 +44,7 @@ void fm_train_config_default(fm_train_config_t *c)
     c->upper = (fm_adamw_config_t){.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.0f};
     c->lb_in_upper = true;
     c->anchor = 0.0f;
+    c->local_steps = 0;
 }
 
 fm_status fm_trainer_new(fm_trainer_t **out, fm_model_t *m, const fm_train_config_t *cfg, uint64_t seed,
@@ -211,11 +212,12 @@ fm_status fm_trainer_run(fm_trainer_t *t, const fm_dataset_t *train, const fm_da
     }
     double lsum = 0.0, vsum = 0.0;
     long lcount = 0, vcount = 0, since_upper = 0;
-    for (int ep = 0; ep < epochs; ep++) {
+    const long budget = t->cfg.local_steps; /* (0: the epochs) */
+    for (int ep = 0; budget > 0 ? lcount < budget : ep < epochs; ep++) {
         for (size_t i = 0; i < train->n; i++)
             t->order[i] = (uint32_t)i;
         fm_rng_shuffle(&t->rng, t->order, train->n);
-        for (size_t pos = 0; pos < train->n; pos += (size_t)t->cfg.batch) {
+        for (size_t pos = 0; pos < train->n && !(budget > 0 && lcount == budget); pos += (size_t)t->cfg.batch) {
             int B = (int)(train->n - pos < (size_t)t->cfg.batch ? train->n - pos : (size_t)t->cfg.batch);
             fm_batch_t b = {.ds = train, .idx = t->order + pos, .n = B};
             lsum += fm_trainer_step(t, FM_LEVEL_LOWER, &b);

@@ -29,6 +29,12 @@ typedef enum {
     FM_STRATEGY_FULL,
 } fm_strategy;
 
+/* The text task's training defaults (--task text): windows a batch, and lower
+ * steps a round (a round's budget: 50 x 16 windows x 128 bytes, about 100,000
+ * bytes a client). */
+#define FM_TEXT_BATCH 16
+#define FM_TEXT_LOCAL_STEPS 50
+
 /* How the coordinator scales the learning rates over the rounds. */
 typedef enum {
     FM_LR_CONSTANT = 0,

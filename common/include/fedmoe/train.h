@@ -27,6 +27,8 @@ typedef struct {
     bool lb_in_upper;           /* the load-balancing term is part of the router objective too */
     float anchor;               /* after each lower step, specialists move lr * anchor of the way
                                  * toward their block's mean generalist (0: off) */
+    int local_steps;            /* > 0: fm_trainer_run trains exactly this many lower steps,
+                                 * passes after passes, whatever its epochs (0: the epochs) */
 } fm_train_config_t;
 
 /* Batch 32, T_e 30, T_r 10, AdamW 1e-3 on both levels (decay 1e-4 lower, 0 upper). */
@@ -48,7 +50,7 @@ typedef struct {
     double seconds;
 } fm_train_stats_t;
 
-/* Trains `epochs` passes over train, alternating with val. */
+/* Trains `epochs` passes over train (or local_steps steps), alternating with val. */
 fm_status fm_trainer_run(fm_trainer_t *t, const fm_dataset_t *train, const fm_dataset_t *val, int epochs,
                          fm_train_stats_t *out);
 /* One step of one level on batch b (exposed for tests and benchmarks).
