@@ -31,12 +31,16 @@ class Attention(nn.Module):
         self.ln = nn.LayerNorm(D)
         self.qkv = nn.Linear(D, 3 * D)
         self.o = nn.Linear(D, D)
+        self.register_buffer("mask", torch.ones(T, T, dtype=torch.bool).triu(1))
 
     def forward(self, h):
         B, Tn, _ = h.shape
         q, k, v = self.qkv(self.ln(h)).split(D, dim=-1)
         q, k, v = (t.view(B, Tn, HEADS, D // HEADS).transpose(1, 2) for t in (q, k, v))
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        # (Debian 12's torch 1.13 has no fused attention: the same GEMMs as fedmoe's, T x T scores masked)
+        s = (q @ k.transpose(-2, -1)) * (D // HEADS) ** -0.5
+        s = s.masked_fill(self.mask[:Tn, :Tn], float("-inf"))
+        o = F.softmax(s, dim=-1) @ v
         return h + self.o(o.transpose(1, 2).reshape(B, Tn, D))
 
 
