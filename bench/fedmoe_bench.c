@@ -56,6 +56,29 @@ static double sgemm_peak(int n)
     return median(g, 5);
 }
 
+/* n synthetic examples for a model of mc: standardized inputs and labels, or
+ * windows of random bytes (the caller frees it with fm_dataset_free). */
+static fm_dataset_t synthetic(const fm_model_config_t *mc, size_t n, fm_rng_t *r)
+{
+    const bool text = mc->family == FM_FAMILY_TEXT;
+    size_t per = text ? (size_t)mc->context + 1 : (size_t)mc->in_dim;
+    fm_dataset_t ds = {.n = n, .dim = text ? mc->context : mc->in_dim, .classes = text ? 1 : mc->classes};
+    ds.y = calloc(n, 1);
+    if (text)
+        ds.tok = malloc(n * per);
+    else
+        ds.x = malloc(sizeof(float) * n * per);
+    for (size_t i = 0; i < n * per; i++) {
+        if (text)
+            ds.tok[i] = (uint8_t)fm_rng_below(r, 256);
+        else
+            ds.x[i] = (float)fm_rng_normal(r);
+    }
+    for (size_t i = 0; i < n && !text; i++)
+        ds.y[i] = (uint8_t)fm_rng_below(r, (uint32_t)mc->classes);
+    return ds;
+}
+
 static int bench_train(int argc, char **argv)
 {
     static const struct option opts[] = {{"stem", required_argument, 0, 's'}, {"batch", required_argument, 0, 'b'},
@@ -112,21 +135,8 @@ static int bench_train(int argc, char **argv)
     fm_rng_fill_uniform(&r, nl, psz * mc.max_nonlocal, 0.05f);
     if (!text)
         fm_model_set_nonlocal(m, nl, mc.max_nonlocal);
-    /* a pool of synthetic batches: standardized inputs, or windows of random bytes */
     const int pool = 16;
-    size_t rows = (size_t)pool * batch, per = text ? (size_t)mc.context + 1 : (size_t)mc.in_dim;
-    float *x = text ? NULL : malloc(sizeof(float) * rows * per);
-    uint8_t *tok = text ? malloc(rows * per) : NULL, *y = calloc(rows, 1);
-    for (size_t i = 0; i < rows * per; i++) {
-        if (text)
-            tok[i] = (uint8_t)fm_rng_below(&r, 256);
-        else
-            x[i] = (float)fm_rng_normal(&r);
-    }
-    for (size_t i = 0; i < rows && !text; i++)
-        y[i] = (uint8_t)fm_rng_below(&r, (uint32_t)mc.classes);
-    fm_dataset_t ds = {.n = rows, .dim = text ? mc.context : mc.in_dim, .classes = text ? 1 : mc.classes, .x = x,
-                       .tok = tok, .y = y};
+    fm_dataset_t ds = synthetic(&mc, (size_t)pool * batch, &r);
     fm_batch_t b[pool];
     for (int i = 0; i < pool; i++)
         b[i] = (fm_batch_t){.ds = &ds, .first = (size_t)i * batch, .n = batch};
@@ -159,9 +169,7 @@ static int bench_train(int argc, char **argv)
     free(sps);
     free(gfl);
     free(usps);
-    free(x);
-    free(tok);
-    free(y);
+    fm_dataset_free(&ds);
     free(nl);
     fm_trainer_destroy(&t);
     fm_model_destroy(&m);
