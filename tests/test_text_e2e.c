@@ -1,6 +1,7 @@
 /* The text task through the real programs: a federated run of 3 clients x 2
  * rounds (fedmoe-sim --task text: a real coordinator, CURVE, client
- * processes, the fortune packages), each of local, fedavg and comigs; a
+ * processes or, for local, a virtual host, the fortune packages), each of
+ * local, fedavg and comigs; a
  * standalone client learning on its defaults; and the refusals (a strategy
  * with the prompt head, image data for the text model, text for the image
  * model, a missing language or folder), each one clear line. */
@@ -21,14 +22,14 @@ static char dir[256];
 /* A small run: the Irish and Esperanto fortunes (the smallest packages), windows of 32 bytes. */
 #define SMALL "--dataset fortunes:ga,eo --context 32 --batch 8"
 
-/* Runs strategy; its round log's path into db (512 bytes); the first round's
- * test loss (nats a byte) into *loss1. */
-static void run_strategy(const char *strategy, char *db, double *loss1)
+/* Runs strategy (with the further flags `extra`); its round log's path into
+ * db (512 bytes); the first round's test loss (nats a byte) into *loss1. */
+static void run_strategy(const char *strategy, const char *extra, char *db, double *loss1)
 {
     char cmd[2048], *out;
     snprintf(db, 512, "%s/text-%s.db", dir, strategy);
     snprintf(cmd, sizeof cmd, "%s --task text " SMALL " --strategy %s --clients 3 --rounds 2 --db %s --workdir %s/%s "
-             "--round-timeout 120 2>&1", BIN("client/fedmoe-sim"), strategy, db, dir, strategy);
+             "--round-timeout 120 %s 2>&1", BIN("client/fedmoe-sim"), strategy, db, dir, strategy, extra);
     int rc = procs_capture(cmd, &out);
     if (rc != 0)
         fprintf(stderr, "%s\n", out);
@@ -68,7 +69,7 @@ static void test_federated_comigs(void **state)
     (void)state;
     char db[512], cmd[1024], *out;
     double loss1;
-    run_strategy("comigs", db, &loss1);
+    run_strategy("comigs", "", db, &loss1);
     /* fedmoe-history shows the losses of a text run in bits per byte */
     snprintf(cmd, sizeof cmd, "%s --db %s rounds", BIN("server/fedmoe-history"), db);
     assert_int_equal(procs_capture(cmd, &out), 0);
@@ -87,8 +88,8 @@ static void test_federated_fedavg_and_local(void **state)
     (void)state;
     char db[512];
     double loss1;
-    run_strategy("fedavg", db, &loss1);
-    run_strategy("local", db, &loss1);
+    run_strategy("fedavg", "", db, &loss1);
+    run_strategy("local", "--hosting virtual", db, &loss1); /* (text in a virtual host: one corpus for its clients) */
 }
 
 static void test_standalone(void **state)
