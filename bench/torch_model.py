@@ -132,6 +132,27 @@ class Model(nn.Module):
         return F.cross_entropy(logits, y) + LB_W * lb
 
 
+def median_rate(model, opt, batches, warmup, repeats, steps, per_step):
+    """One AdamW step of model on batches[i % len] (a tuple of its arguments) per
+    i, warmup steps first; the median over repeats of steps steps, in units of
+    per_step a step."""
+    def step(i):
+        opt.zero_grad(set_to_none=True)
+        loss = model(*batches[i % len(batches)])
+        loss.backward()
+        opt.step()
+
+    for i in range(warmup):
+        step(i)
+    rates = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for i in range(steps):
+            step(i)
+        rates.append(steps * per_step / (time.perf_counter() - t0))
+    return statistics.median(rates)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--stem", default="mlp", choices=["mlp", "cnn"])
@@ -149,23 +170,10 @@ def main():
     xs = torch.randn(pool, a.batch, 784)
     ys = torch.randint(0, C, (pool, a.batch))
 
-    def step(i):
-        opt.zero_grad(set_to_none=True)
-        loss = model(xs[i % pool], ys[i % pool])
-        loss.backward()
-        opt.step()
-
-    for i in range(20):
-        step(i)
-    rates = []
-    for _ in range(a.repeats):
-        t0 = time.perf_counter()
-        for i in range(a.steps):
-            step(i)
-        rates.append(a.steps * a.batch / (time.perf_counter() - t0))
+    rate = median_rate(model, opt, [(xs[i], ys[i]) for i in range(pool)], 20, a.repeats, a.steps, a.batch)
     print(json.dumps({"bench": "train", "impl": "pytorch", "torch": torch.__version__, "stem": a.stem,
                       "batch": a.batch, "threads": a.threads, "steps": a.steps, "repeats": a.repeats,
-                      "samples_per_s": round(statistics.median(rates), 1)}))
+                      "samples_per_s": round(rate, 1)}))
 
 
 if __name__ == "__main__":

@@ -13,14 +13,12 @@ bytes, single thread; prints one JSON line like fedmoe-bench train --task text.
 """
 import argparse
 import json
-import statistics
-import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from torch_model import Block, D, LB_W, L
+from torch_model import Block, D, LB_W, L, median_rate
 
 T, HEADS, V = 128, 4, 256
 
@@ -82,23 +80,10 @@ def main():
     pool = 16
     toks = torch.randint(0, V, (pool, a.batch, T + 1))
 
-    def step(i):
-        opt.zero_grad(set_to_none=True)
-        loss = model(toks[i % pool])
-        loss.backward()
-        opt.step()
-
-    for i in range(5):
-        step(i)
-    rates = []
-    for _ in range(a.repeats):
-        t0 = time.perf_counter()
-        for i in range(a.steps):
-            step(i)
-        rates.append(a.steps * a.batch * T / (time.perf_counter() - t0))
+    rate = median_rate(model, opt, [(toks[i],) for i in range(pool)], 5, a.repeats, a.steps, a.batch * T)
     print(json.dumps({"bench": "train", "impl": "pytorch", "torch": torch.__version__, "task": "text",
                       "batch": a.batch, "context": T, "threads": a.threads, "steps": a.steps, "repeats": a.repeats,
-                      "tokens_per_s": round(statistics.median(rates), 1)}))
+                      "tokens_per_s": round(rate, 1)}))
 
 
 if __name__ == "__main__":

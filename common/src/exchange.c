@@ -10,7 +10,7 @@
 fm_exchange_t fm_exchange_of(const fm_run_spec_t *s)
 {
     fm_exchange_t e = {0};
-    bool head = s->model.family == FM_FAMILY_IMAGE; /* (the prompt head) */
+    bool head = fm_model_config_has_head(&s->model);
     e.model = s->strategy != FM_STRATEGY_LOCAL;
     e.prompt = head && fm_strategy_shares_prompt(s->strategy);
     e.pool = head && fm_strategy_uses_pool(s->strategy);

@@ -165,24 +165,22 @@ double fm_workspace_measure(fm_workspace_t *ws, fm_model_t *m, int B, fm_layout_
     return bytes;
 }
 
-fm_status fm_workspace_ensure(fm_workspace_t *ws, fm_model_t *m, int B, fm_layout_fn layout)
+void fm_workspace_ensure(fm_workspace_t *ws, fm_model_t *m, int B, fm_layout_fn layout)
 {
     if (B <= ws->B)
-        return FM_OK;
+        return;
     fm_layout_t act = {NULL, 0}, grad = {NULL, 0};
     layout(m, B, &act, &grad);
     void *pa = alloc_zeroed(act.off + 64), *pg = alloc_zeroed(grad.off + 64);
     if (!pa || !pg) {
-        free(pa);
-        free(pg);
-        return FM_ERR_NOMEM;
+        fm_errorf("model: cannot allocate the workspace for batch %d", B);
+        abort();
     }
     fm_workspace_free(ws);
     *ws = (fm_workspace_t){B, pa, pg};
     act = (fm_layout_t){pa, 0};
     grad = (fm_layout_t){pg, 0};
     layout(m, B, &act, &grad);
-    return FM_OK;
 }
 
 void fm_workspace_free(fm_workspace_t *ws)
@@ -237,6 +235,11 @@ void fm_model_anchor_specialists(fm_model_t *m, float rate) { m->family->anchor(
 float *fm_model_prompt(fm_model_t *m) { return m->family->head ? m->family->head->prompt(m) : NULL; }
 double fm_model_workspace_bytes(const fm_model_t *m, int B) { return m->family->workspace(m, B); }
 int fm_model_predictions(const fm_model_t *m) { return m->family->predictions(&m->cfg); }
+
+bool fm_model_config_has_head(const fm_model_config_t *c)
+{
+    return (int)c->family >= 0 && (int)c->family < FAMILY_COUNT && families[c->family]->head != NULL;
+}
 
 int fm_model_config_predictions(const fm_model_config_t *c)
 {

@@ -97,10 +97,7 @@ static float image_forward(fm_model_t *mm, const fm_batch_t *b, bool with_lb, fl
     fm_image_t *m = (fm_image_t *)mm;
     const fm_model_config_t *c = &m->base.cfg;
     int B = b->n;
-    if (fm_workspace_ensure(&m->ws, mm, B, layout_workspace) != FM_OK) {
-        fm_errorf("model: cannot allocate the workspace for batch %d", B);
-        abort();
-    }
+    fm_workspace_ensure(&m->ws, mm, B, layout_workspace);
     int C = c->classes;
     m->B = B;
     if (b->idx) {

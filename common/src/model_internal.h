@@ -57,8 +57,10 @@ typedef struct {
     int B;
     void *act, *grad;
 } fm_workspace_t;
-/* Grows ws to hold a batch of B (nothing when it does); FM_ERR_NOMEM. */
-fm_status fm_workspace_ensure(fm_workspace_t *ws, fm_model_t *m, int B, fm_layout_fn layout);
+/* Grows ws to hold a batch of B (nothing when it does). Out of memory it logs
+ * and aborts: a forward has no error path, and the trainer checked the
+ * workspace's size against FM_MODEL_MAX_WORKSPACE_BYTES before. */
+void fm_workspace_ensure(fm_workspace_t *ws, fm_model_t *m, int B, fm_layout_fn layout);
 /* Bytes of both arenas for a batch of B, without allocating (the model's
  * pointers are left pointing into ws). */
 double fm_workspace_measure(fm_workspace_t *ws, fm_model_t *m, int B, fm_layout_fn layout);

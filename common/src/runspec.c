@@ -96,7 +96,7 @@ fm_status fm_run_spec_finish(fm_run_spec_t *s)
     fm_status st = fm_model_config_check(&s->model);
     if (st != FM_OK)
         return st;
-    if (s->model.family == FM_FAMILY_TEXT && fm_strategy_uses_pool(s->strategy)) {
+    if (!fm_model_config_has_head(&s->model) && fm_strategy_uses_pool(s->strategy)) {
         fm_error_set("strategy %s needs the prompt head of the image task; text runs use local, fedavg or comigs",
                      fm_strategy_name(s->strategy));
         return FM_ERR_ARG;

@@ -124,6 +124,9 @@ size_t fm_model_prompt_size(const fm_model_t *m);
 /* FM_OK when ds has the shape this model reads (features, classes); otherwise
  * FM_ERR_ARG with a reason beginning with who (fm_error_last). */
 fm_status fm_model_accepts(const fm_model_t *m, const fm_dataset_t *ds, const char *who);
+/* Whether a model of c has the prompt-expert head (the image family): what
+ * prompts, pools and gating need. */
+bool fm_model_config_has_head(const fm_model_config_t *c);
 /* Predictions m makes for one example: 1 (a class), or one a position (text). */
 int fm_model_predictions(const fm_model_t *m);
 /* The same for a model of c (checked sizes; 1 for an unknown family). */
