@@ -226,9 +226,10 @@ static fm_status handle_welcome(session_t *s, const Fedmoe__Welcome *w)
     s->spilled = s->cfg->host && s->cfg->state_dir[0];
     if (!s->spilled && (st = build_model(s)) != FM_OK)
         return st;
-    fm_info("run %s (%s), partition %d/%d: %zu train, %zu validation, %zu test %s", s->run_id,
+    fm_info("run %s (%s), partition %d/%d: %zu train, %zu validation, %zu test %s%s%s", s->run_id,
             fm_strategy_name(s->spec.strategy), s->partition, s->spec.partition_count, s->data.train.n,
-            s->data.val.n, s->data.test.n, s->spec.model.family == FM_FAMILY_TEXT ? "windows" : "examples");
+            s->data.val.n, s->data.test.n, s->spec.model.family == FM_FAMILY_TEXT ? "windows" : "examples",
+            s->data.languages[0] ? "; languages: " : "", s->data.languages);
     send_hello(s); /* again, now with sample counts */
     return FM_OK;
 }
@@ -258,13 +259,15 @@ static fm_status start_round(session_t *s, int round)
     return sess_snap_take(s, &s->pre, round);
 }
 
-/* Evaluates, then uploads the round's result. */
-static fm_status upload(session_t *s, uint32_t round, const uint8_t *nonce, const fm_train_stats_t *ts, double t0)
+/* Evaluates (eval_sample examples of each split, or all when 0), then uploads
+ * the round's result. */
+static fm_status upload(session_t *s, uint32_t round, const uint8_t *nonce, uint32_t eval_sample,
+                        const fm_train_stats_t *ts, double t0)
 {
     fm_eval_t ev, vv = {0};
-    fm_status st = fm_evaluate_progress(s->model, &s->data.test, &ev, on_progress, s);
+    fm_status st = fm_evaluate_sample(s->model, &s->data.test, eval_sample, &ev, on_progress, s);
     if (st == FM_OK && s->data.val.n > 0)
-        st = fm_evaluate_progress(s->model, &s->data.val, &vv, on_progress, s);
+        st = fm_evaluate_sample(s->model, &s->data.val, eval_sample, &vv, on_progress, s);
     if (st != FM_OK)
         return st;
     fm_update_t u = {.round = round, .train_samples = s->data.train.n, .prompt = fm_model_prompt(s->model)};
@@ -346,6 +349,7 @@ static fm_status take_task(session_t *s, const Fedmoe__Task *t)
     }
     uint8_t nonce[FM_NONCE_BYTES];
     memcpy(nonce, in.nonce, sizeof nonce);
+    const uint32_t eval_sample = in.eval_sample;
     if (s->sent.bytes && in.round == s->sent.round && memcmp(nonce, s->sent.nonce, sizeof nonce) == 0) {
         /* the task of the update sent last, again (this client said hello again,
          * or its update was lost on the way): the same update again, not retrained */
@@ -390,7 +394,7 @@ static fm_status take_task(session_t *s, const Fedmoe__Task *t)
         return FM_OK;
     }
     if (st == FM_OK)
-        st = upload(s, t->round, nonce, &ts, t0);
+        st = upload(s, t->round, nonce, eval_sample, &ts, t0);
     if (st != FM_OK)
         return st;
     s->last_round = (int)t->round;

@@ -15,6 +15,7 @@ pkgs=(build-essential cmake pkg-config
       libssl-dev libsqlite3-dev libopenblas-dev libcmocka-dev zlib1g-dev
       libinih-dev dataset-fashion-mnist
       fortunes fortunes-de fortunes-es fortunes-it fortunes-pl fortunes-ru fortunes-cs fortunes-br  # text: eight languages
+      fortunes-eo fortunes-ga  # text: the two smallest, for the tests
       python3 python3-zmq python3-protobuf protobuf-compiler  # the Python client example and its test
       iptables iproute2                                       # the silent-peer test (a cut network)
       docker.io docker-compose debootstrap python3-yaml)      # docker/ and its tests (the engine: docker/engine.sh)

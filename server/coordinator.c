@@ -127,6 +127,7 @@ static fm_task_t round_task(const fm_coordinator_t *c)
 {
     return (fm_task_t){.round = (uint32_t)c->round.number,
                        .lr_scale = fm_lr_schedule_scale(c->spec.lr_schedule, c->round.number, c->cfg.rounds),
+                       .eval_sample = fm_run_eval_sample(&c->spec, c->round.number, c->cfg.rounds),
                        .model = c->global,
                        .prompt = c->gprompt};
 }
@@ -468,12 +469,14 @@ static void handle_update(fm_coordinator_t *c, const char *id, int slot, const F
     fm_wire_code code = FM_WIRE_OK;
     const fm_client_t *cl = fm_registry_at(c->reg, slot);
     const fm_split_sizes_t declared = {cl->train_samples, cl->val_samples, cl->test_samples};
+    const fm_split_sizes_t expect =
+        fm_exchange_evaluated(&declared, fm_run_eval_sample(&c->spec, c->round.number, c->cfg.rounds));
     float *prompt = e.prompt ? malloc(sizeof(float) * c->dims.nprompt) : NULL;
     /* validate everything before changing anything */
     if (e.prompt && !prompt) {
         fm_error_set("coordinator out of memory");
         code = FM_WIRE_REJECTED;
-    } else if (fm_exchange_read_update(&c->spec, &c->dims, u, &declared, c->scratch, prompt, &m, &code) !=
+    } else if (fm_exchange_read_update(&c->spec, &c->dims, u, &expect, c->scratch, prompt, &m, &code) !=
                FM_OK) {
     } else if (e.model && fm_aggregator_check(c->agg_model, c->scratch, cl->weight) != FM_OK) {
         code = FM_WIRE_BAD_VALUE;

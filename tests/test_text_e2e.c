@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,14 +23,15 @@ static char dir[256];
 /* A small run: the Irish and Esperanto fortunes (the smallest packages), windows of 32 bytes. */
 #define SMALL "--dataset fortunes:ga,eo --context 32 --batch 8"
 
-/* Runs strategy (with the further flags `extra`); its round log's path into
- * db (512 bytes); the first round's test loss (nats a byte) into *loss1. */
-static void run_strategy(const char *strategy, const char *extra, char *db, double *loss1)
+/* Runs strategy for `rounds` rounds (with the further flags `extra`); its
+ * round log's path into db (512 bytes); the first round's test loss (nats a
+ * byte) into *loss1. */
+static void run_strategy(const char *strategy, int rounds, const char *extra, char *db, double *loss1)
 {
     char cmd[2048], *out;
     snprintf(db, 512, "%s/text-%s.db", dir, strategy);
-    snprintf(cmd, sizeof cmd, "%s --task text " SMALL " --strategy %s --clients 3 --rounds 2 --db %s --workdir %s/%s "
-             "--round-timeout 120 %s 2>&1", BIN("client/fedmoe-sim"), strategy, db, dir, strategy, extra);
+    snprintf(cmd, sizeof cmd, "%s --task text " SMALL " --strategy %s --clients 3 --rounds %d --db %s --workdir %s/%s "
+             "--round-timeout 120 %s 2>&1", BIN("client/fedmoe-sim"), strategy, rounds, db, dir, strategy, extra);
     int rc = procs_capture(cmd, &out);
     if (rc != 0)
         fprintf(stderr, "%s\n", out);
@@ -39,8 +41,8 @@ static void run_strategy(const char *strategy, const char *extra, char *db, doub
     fm_client_round_row_t *cr;
     int nr, nc;
     procs_finished_run(db, &r, &nr, &cr, &nc);
-    assert_int_equal(nr, 2);
-    assert_int_equal(nc, 6);
+    assert_int_equal(nr, rounds);
+    assert_int_equal(nc, 3 * rounds);
     for (int i = 0; i < nr; i++) {
         assert_int_equal(r[i].completed, 3);
         /* bits per byte: below the 8 of knowing nothing, and learning */
@@ -69,7 +71,7 @@ static void test_federated_comigs(void **state)
     (void)state;
     char db[512], cmd[1024], *out;
     double loss1;
-    run_strategy("comigs", "", db, &loss1);
+    run_strategy("comigs", 2, "", db, &loss1);
     /* fedmoe-history shows the losses of a text run in bits per byte */
     snprintf(cmd, sizeof cmd, "%s --db %s rounds", BIN("server/fedmoe-history"), db);
     assert_int_equal(procs_capture(cmd, &out), 0);
@@ -88,8 +90,24 @@ static void test_federated_fedavg_and_local(void **state)
     (void)state;
     char db[512];
     double loss1;
-    run_strategy("fedavg", "", db, &loss1);
-    run_strategy("local", "--hosting virtual", db, &loss1); /* (text in a virtual host: one corpus for its clients) */
+    /* rounds before the last evaluate 5 windows of each split; the last, all */
+    run_strategy("fedavg", 3, "--eval-sample 5", db, &loss1);
+    fm_round_row_t *r;
+    fm_client_round_row_t *cr;
+    int nr, nc;
+    procs_finished_run(db, &r, &nr, &cr, &nc);
+    for (int i = 0; i < nc; i++) {
+        bool last = cr[i].round == 3;
+        if (!last && (cr[i].test_samples != 5 * 32 || cr[i].val_samples != 5 * 32))
+            fail_msg("round %d of %s evaluated %lld/%lld bytes, not 5 windows", cr[i].round, cr[i].client_id,
+                     (long long)cr[i].test_samples, (long long)cr[i].val_samples);
+        if (last && (cr[i].test_samples <= 5 * 32 || cr[i].val_samples <= 5 * 32))
+            fail_msg("the last round of %s evaluated only %lld/%lld bytes", cr[i].client_id,
+                     (long long)cr[i].test_samples, (long long)cr[i].val_samples);
+    }
+    free(r);
+    free(cr);
+    run_strategy("local", 2, "--hosting virtual", db, &loss1); /* (text in a virtual host: one corpus for its clients) */
 }
 
 static void test_standalone(void **state)

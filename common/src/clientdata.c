@@ -234,6 +234,35 @@ bool fm_data_spec_same(const fm_data_spec_t *a, const fm_data_spec_t *b)
            a->val_frac == b->val_frac && a->holdout == b->holdout && a->context == b->context;
 }
 
+/* cd->languages: the (up to three) languages of cd's windows, largest share first. */
+static void describe_languages(fm_client_data_t *cd, const fm_text_corpus_t *text)
+{
+    size_t count[FM_TEXT_MAX_LANGUAGES] = {0}, total = 0;
+    const fm_dataset_t *splits[3] = {&cd->train, &cd->val, &cd->test};
+    for (int k = 0; k < 3; k++)
+        for (size_t i = 0; i < splits[k]->n; i++)
+            if (splits[k]->y[i] < FM_TEXT_MAX_LANGUAGES) {
+                count[splits[k]->y[i]]++;
+                total++;
+            }
+    size_t at = 0;
+    for (int shown = 0; shown < 3 && total > 0; shown++) {
+        int best = 0;
+        for (int l = 1; l < text->languages; l++)
+            best = count[l] > count[best] ? l : best;
+        if (count[best] == 0)
+            break;
+        int pct = (int)(100.0 * (double)count[best] / (double)total + 0.5);
+        int w = count[best] == total ? snprintf(cd->languages, sizeof cd->languages, "%s", text->names[best])
+                                     : snprintf(cd->languages + at, sizeof cd->languages - at, "%s%s %d%%",
+                                                shown ? ", " : "", text->names[best], pct);
+        if (w < 0 || (size_t)w >= sizeof cd->languages - at)
+            break;
+        at += (size_t)w;
+        count[best] = 0;
+    }
+}
+
 fm_status fm_client_data_from_cache(fm_client_data_t *cd, const fm_data_cache_t *c, int index)
 {
     memset(cd, 0, sizeof *cd);
@@ -258,6 +287,8 @@ fm_status fm_client_data_from_cache(fm_client_data_t *cd, const fm_data_cache_t 
     cd->dim = c->text.docs ? c->spec.context : all->dim;
     cd->img_h = all->img_h;
     cd->img_w = all->img_w;
+    if (st == FM_OK && c->text.docs)
+        describe_languages(cd, &c->text);
     free(owned);
     fm_split_free(&split);
     if (st != FM_OK)

@@ -64,6 +64,7 @@ static void task_part_build(task_part_t *p, const fm_run_spec_t *s, const fm_exc
     }
     p->task.round = t->round;
     p->task.lr_scale = t->lr_scale;
+    p->task.eval_sample = t->eval_sample;
     if (e.model) {
         p->ok &= fm_wire_tensor_set(&p->model, "model", t->model, 1, (uint32_t)d->nmodel) == FM_OK;
         p->model_list[0] = &p->model;
@@ -170,6 +171,7 @@ fm_status fm_exchange_read_task(const fm_run_spec_t *s, const fm_exchange_dims_t
     memset(out, 0, sizeof *out);
     out->round = t->round;
     out->lr_scale = t->lr_scale == 0.0f ? 1.0f : t->lr_scale;
+    out->eval_sample = t->eval_sample; /* (any count: a split smaller than it is evaluated whole) */
     if (!(out->lr_scale > 0.0f && out->lr_scale <= 10.0f)) {
         fm_error_set("task lr_scale out of range (0, 10]");
         return refuse(code, FM_WIRE_BAD_VALUE);
@@ -267,6 +269,16 @@ static bool metrics_ok(const Fedmoe__Metrics *m)
            m->seconds < 1e9;
 }
 
+fm_split_sizes_t fm_exchange_evaluated(const fm_split_sizes_t *declared, uint32_t eval_sample)
+{
+    fm_split_sizes_t e = *declared;
+    if (eval_sample > 0 && e.val > eval_sample)
+        e.val = eval_sample;
+    if (eval_sample > 0 && e.test > eval_sample)
+        e.test = eval_sample;
+    return e;
+}
+
 fm_status fm_exchange_read_update(const fm_run_spec_t *s, const fm_exchange_dims_t *d, const Fedmoe__Update *u,
                                   const fm_split_sizes_t *expect, float *model, float *prompt, fm_metrics_t *out,
                                   fm_wire_code *code)
@@ -280,7 +292,7 @@ fm_status fm_exchange_read_update(const fm_run_spec_t *s, const fm_exchange_dims
     /* (its metrics count predictions: an example's one, or a text window's bytes) */
     uint64_t per = (uint64_t)fm_model_config_predictions(&s->model);
     if (u->train_samples != expect->train || m->val_samples != expect->val * per || m->test_samples != expect->test * per) {
-        fm_error_set("update counts %llu train examples and %llu/%llu validation/test predictions, its hello declared "
+        fm_error_set("update counts %llu train examples and %llu/%llu validation/test predictions, the round expects "
                      "%llu/%llu/%llu examples (%llu predictions each)",
                      (unsigned long long)u->train_samples, (unsigned long long)m->val_samples,
                      (unsigned long long)m->test_samples, (unsigned long long)expect->train,

@@ -72,6 +72,8 @@ static fm_status set_task(fm_options_t *o, const char *flag, const char *v)
             o->spec->train.local_steps = FM_TEXT_LOCAL_STEPS;
         if (!fm_options_given(o, "batch"))
             o->spec->train.batch = FM_TEXT_BATCH;
+        if (!fm_options_given(o, "eval-sample"))
+            o->spec->eval_sample = FM_TEXT_EVAL_SAMPLE;
     }
     c->generalists = keep.generalists;
     c->specialists = keep.specialists;
@@ -316,6 +318,10 @@ static const fm_option_t table[] = {
     {"local-steps", 0, FM_OPT_INT, "N", 0, 1 << 30, S | M, SPEC, R(train.local_steps), NULL, NULL, NULL,
      FM_OPT_G_TRAIN, "a round trains exactly N lower steps (batches), passes after\n"
      "passes; 0: --local-epochs passes (text: 50)"},
+    {"eval-sample", 0, FM_OPT_INT, "N", 0, 1 << 30, S | M, SPEC, R(eval_sample), NULL, NULL, NULL, FM_OPT_G_TRAIN,
+     "rounds before the last evaluate only N evenly spaced examples\n"
+     "(text: windows) of each test and validation split; the last\n"
+     "round evaluates them whole; 0: always whole (text: 256)"},
     {"local-epochs", 0, FM_OPT_INT, "N", 1, 1000, S | M, SPEC, R(local_epochs), NULL, NULL, NULL, FM_OPT_G_TRAIN,
      "passes over a client's train split per round"},
     {"epochs", 0, FM_OPT_INT, "N", 0, 1000000, C, 0, O(epochs), NULL, NULL, NULL, FM_OPT_G_TRAIN,

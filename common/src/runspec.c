@@ -117,6 +117,10 @@ fm_status fm_run_spec_finish(fm_run_spec_t *s)
         fm_error_set("training spec out of range (weight decay 0..1000, anchor >= 0 with lr x anchor <= 1)");
         return FM_ERR_ARG;
     }
+    if (s->eval_sample < 0 || s->eval_sample > (1 << 30)) {
+        fm_error_set("evaluation sample %d out of range 0..%d", s->eval_sample, 1 << 30);
+        return FM_ERR_ARG;
+    }
     if (s->partition_count < 1 || s->partition_count > 100000) {
         fm_error_set("partition count %d out of range 1..100000", s->partition_count);
         return FM_ERR_ARG;
@@ -140,7 +144,7 @@ size_t fm_run_spec_json(const fm_run_spec_t *s, char *buf, size_t cap)
         "\"attn_scale\":%g,\"lambda\":%g,\"tau\":%g,\"gating\":%s,\"gating_on_validation\":%s},"
         "\"train\":{\"batch\":%d,\"expert_steps\":%d,\"router_steps\":%d,\"lr\":%g,\"router_lr\":%g,"
         "\"weight_decay\":%g,\"local_epochs\":%d,\"local_steps\":%d,\"lb_in_upper\":%s,\"anchor\":%g,\"lr_schedule\":\"%s\"},"
-        "\"aggregation\":{\"rule\":\"%s\",\"clip\":\"%s\"}}",
+        "\"aggregation\":{\"rule\":\"%s\",\"clip\":\"%s\"},\"eval_sample\":%d}",
         fm_strategy_name(s->strategy), (unsigned long long)s->seed, s->dataset, fm_partition_kind_name(s->part.kind),
         s->part.alpha, s->part.classes_per_client, s->part.min_samples, s->partition_count, s->holdout ? "true" : "false",
         fm_family_name(c->family), c->context, c->untied ? "true" : "false", fm_stem_name(c->stem), c->in_dim, c->classes, c->d, c->blocks, c->generalists,
@@ -149,8 +153,13 @@ size_t fm_run_spec_json(const fm_run_spec_t *s, char *buf, size_t cap)
         c->gating ? "true" : "false", c->gating_on_validation ? "true" : "false", s->train.batch,
         s->train.expert_steps, s->train.router_steps, s->train.lower.lr, s->train.upper.lr,
         s->train.lower.weight_decay, s->local_epochs, s->train.local_steps, s->train.lb_in_upper ? "true" : "false",
-        s->train.anchor, fm_lr_schedule_name(s->lr_schedule), rule, clip);
+        s->train.anchor, fm_lr_schedule_name(s->lr_schedule), rule, clip, s->eval_sample);
     return n < 0 ? 0 : (size_t)n;
+}
+
+uint32_t fm_run_eval_sample(const fm_run_spec_t *s, int round, int rounds)
+{
+    return round >= rounds ? 0 : (uint32_t)s->eval_sample;
 }
 
 size_t fm_federated_size(fm_model_t *m, fm_strategy s)

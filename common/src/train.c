@@ -248,11 +248,11 @@ fm_status fm_trainer_run(fm_trainer_t *t, const fm_dataset_t *train, const fm_da
 
 fm_status fm_evaluate(fm_model_t *m, const fm_dataset_t *ds, fm_eval_t *out)
 {
-    return fm_evaluate_progress(m, ds, out, NULL, NULL);
+    return fm_evaluate_sample(m, ds, 0, out, NULL, NULL);
 }
 
-fm_status fm_evaluate_progress(fm_model_t *m, const fm_dataset_t *ds, fm_eval_t *out, bool (*progress)(void *user),
-                               void *user)
+static fm_status evaluate_all(fm_model_t *m, const fm_dataset_t *ds, fm_eval_t *out, bool (*progress)(void *user),
+                              void *user)
 {
     memset(out, 0, sizeof *out);
     if (ds->n == 0)
@@ -281,4 +281,27 @@ fm_status fm_evaluate_progress(fm_model_t *m, const fm_dataset_t *ds, fm_eval_t 
     out->generalist_share = share / ds->n;
     out->accuracy = (double)out->correct / (double)out->predictions;
     return FM_OK;
+}
+
+fm_status fm_evaluate_sample(fm_model_t *m, const fm_dataset_t *ds, size_t sample, fm_eval_t *out,
+                             bool (*progress)(void *user), void *user)
+{
+    if (sample == 0 || sample >= ds->n)
+        return evaluate_all(m, ds, out, progress, user);
+    uint32_t *idx = malloc(sizeof(uint32_t) * sample);
+    fm_dataset_t some;
+    fm_status st = idx ? FM_OK : FM_ERR_NOMEM;
+    for (size_t j = 0; st == FM_OK && j < sample; j++)
+        idx[j] = (uint32_t)(((2 * j + 1) * ds->n) / (2 * sample));
+    if (st == FM_OK)
+        st = fm_dataset_subset(&some, ds, idx, sample);
+    free(idx);
+    if (st != FM_OK) {
+        memset(out, 0, sizeof *out);
+        fm_error_set("evaluate: out of memory");
+        return st;
+    }
+    st = evaluate_all(m, &some, out, progress, user);
+    fm_dataset_free(&some);
+    return st;
 }

@@ -40,6 +40,7 @@ bool fm_data_spec_same(const fm_data_spec_t *a, const fm_data_spec_t *b);
 typedef struct {
     fm_dataset_t train, val, test;
     int classes, dim, img_h, img_w;
+    char languages[64]; /* text: its languages by share of windows, e.g. "it" or "en 62%, de 38%" */
 } fm_client_data_t;
 
 /* Loads, partitions and splits; on error records a reason. Free with fm_client_data_free. */

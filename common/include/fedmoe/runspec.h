@@ -34,6 +34,9 @@ typedef enum {
  * bytes a client). */
 #define FM_TEXT_BATCH 16
 #define FM_TEXT_LOCAL_STEPS 50
+/* ... and the examples of each split evaluated in a round before the last (a
+ * client's whole test split took longer than its training). */
+#define FM_TEXT_EVAL_SAMPLE 256
 
 /* How the coordinator scales the learning rates over the rounds. */
 typedef enum {
@@ -76,7 +79,14 @@ typedef struct fm_run_spec {
     fm_agg_spec_t aggregate;   /* mean */
     double clip_norm;          /* bound on each update's L2 distance from the state it was sent:
                                 * > 0 fixed, 0 none, FM_CLIP_AUTO (the default) */
+    int eval_sample;           /* > 0: rounds before the last evaluate only this many evenly
+                                * spaced examples of each test and validation split (travels
+                                * as Task.eval_sample); 0: every round evaluates them whole */
 } fm_run_spec_t;
+
+/* The Task.eval_sample of round (1-based) out of rounds: the last round
+ * evaluates everything (0). */
+uint32_t fm_run_eval_sample(const fm_run_spec_t *s, int round, int rounds);
 
 /* clip_norm FM_CLIP_AUTO: FM_CLIP_AUTO_FACTOR x the median distance of the
  * previous round's accepted updates; before a round has committed, of the

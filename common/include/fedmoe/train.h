@@ -83,9 +83,11 @@ typedef struct {
 
 /* Loss, accuracy and generalist routing share of m on ds. */
 fm_status fm_evaluate(fm_model_t *m, const fm_dataset_t *ds, fm_eval_t *out);
-/* The same, calling progress(user) between batches (a long evaluation of text
- * sends heartbeats); when it returns false, stops with FM_ERR_STATE. */
-fm_status fm_evaluate_progress(fm_model_t *m, const fm_dataset_t *ds, fm_eval_t *out, bool (*progress)(void *user),
-                               void *user);
+/* The same on `sample` evenly spaced examples of ds (the one at (2j + 1) n /
+ * (2 sample) for j < sample; all of them when sample is 0 or >= n), calling
+ * progress(user) between batches (a long evaluation of text sends heartbeats);
+ * when it returns false, stops with FM_ERR_STATE. */
+fm_status fm_evaluate_sample(fm_model_t *m, const fm_dataset_t *ds, size_t sample, fm_eval_t *out,
+                             bool (*progress)(void *user), void *user);
 
 #endif

@@ -56,6 +56,7 @@ fm_exchange_dims_t fm_exchange_dims(const fm_run_spec_t *s, size_t nmodel);
 typedef struct {
     uint32_t round;
     float lr_scale;                /* this round's multiplier on both learning rates */
+    uint32_t eval_sample;          /* > 0: evaluate that many examples of test and validation */
     const float *model;            /* nmodel floats (when carried) */
     const float *prompt;           /* the global prompt (when carried) */
     const float *const *nonlocal;  /* k pool prompts, nearest first (when carried) */
@@ -86,6 +87,7 @@ void fm_exchange_task_frames(const uint8_t *own, size_t len, size_t head, fm_blo
 typedef struct {
     uint32_t round;
     float lr_scale;  /* 1 when the Task leaves it unset */
+    uint32_t eval_sample; /* > 0: evaluate that many evenly spaced examples (fm_evaluate_sample) */
     float *model;    /* nmodel, or NULL when not carried */
     float *prompt;   /* nprompt, or NULL */
     float *nonlocal; /* k * nprompt, or NULL */
@@ -121,9 +123,14 @@ typedef struct {
 fm_status fm_exchange_encode_update(const fm_run_spec_t *s, const fm_exchange_dims_t *d, const fm_update_t *u,
                                     uint8_t **buf, size_t *len);
 
+/* What an Update evaluated in a round whose Task asked for eval_sample: the
+ * declared split sizes, validation and test capped at eval_sample (when > 0). */
+fm_split_sizes_t fm_exchange_evaluated(const fm_split_sizes_t *declared, uint32_t eval_sample);
+
 /* Reads and checks an Update's counts, metrics and tensors into model (nmodel)
- * and prompt (nprompt) when the strategy carries them. The counts must be the
- * client's split sizes as its Hello declared them (expect), its accuracy the
+ * and prompt (nprompt) when the strategy carries them. The counts must be
+ * what the round evaluated of the client's declared splits (expect,
+ * fm_exchange_evaluated), its accuracy the
  * ratio of its counts. On error FM_ERR_FORMAT, a reason and *code. */
 fm_status fm_exchange_read_update(const fm_run_spec_t *s, const fm_exchange_dims_t *d, const Fedmoe__Update *u,
                                   const fm_split_sizes_t *expect, float *model, float *prompt, fm_metrics_t *m,
