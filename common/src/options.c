@@ -209,6 +209,14 @@ static const fm_option_t *row_of(fm_prog prog, int c)
     return NULL;
 }
 
+/* Whether the argument typed ("--name" or "--name=value") names option `name` whole. */
+static bool whole_name(const char *typed, const char *name)
+{
+    size_t len = strlen(name);
+    return strncmp(typed, "--", 2) == 0 && strncmp(typed + 2, name, len) == 0 &&
+           (typed[2 + len] == 0 || typed[2 + len] == '=');
+}
+
 fm_status fm_options_parse(fm_options_t *o, int argc, char **argv)
 {
     size_t n;
@@ -224,7 +232,14 @@ fm_status fm_options_parse(fm_options_t *o, int argc, char **argv)
     int c;
     while (st == FM_OK && !o->help && (c = getopt_long(argc, argv, shorts, longs, NULL)) != -1) {
         const fm_option_t *r = row_of(o->prog, c);
-        if (!r) {
+        const char *typed = c >= ROW_CODE ? argv[optind - (r && r->arg && optarg == argv[optind - 1] ? 2 : 1)] : NULL;
+        if (r && typed && !whole_name(typed, r->name)) {
+            /* getopt_long takes a unique prefix: --lr for --lr-schedule where
+             * this program has no --lr; no abbreviation is taken */
+            fm_error_set("unknown option '%.*s' (see --help; options are not abbreviated)", (int)strcspn(typed, "="),
+                         typed);
+            st = FM_ERR_ARG;
+        } else if (!r) {
             fm_error_set("unknown or incomplete option '%s' (see --help)", argv[optind - 1]);
             st = FM_ERR_ARG;
         } else if (strcmp(r->name, "config") != 0) { /* config files are read already */
