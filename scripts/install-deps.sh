@@ -16,6 +16,7 @@ pkgs=(build-essential cmake pkg-config
       libinih-dev dataset-fashion-mnist
       fortunes fortunes-de fortunes-es fortunes-it fortunes-pl fortunes-ru fortunes-cs fortunes-br  # text: eight languages
       fortunes-eo fortunes-ga  # text: the two smallest, for the tests
+      manpages manpages-de manpages-es manpages-it manpages-pl manpages-ru manpages-cs manpages-pt-br  # text: a second domain
       python3 python3-zmq python3-protobuf protobuf-compiler  # the Python client example and its test
       iptables iproute2                                       # the silent-peer test (a cut network)
       docker.io docker-compose debootstrap python3-yaml)      # docker/ and its tests (the engine: docker/engine.sh)

@@ -1,5 +1,5 @@
 /* Text corpora and their windows: Debian's fortune packages (the eight
- * languages, deterministic, a missing package named), user folders (languages
+ * languages, deterministic, a missing package named), its manual pages, user folders (languages
  * from subfolders; empty, binary and missing inputs refused naming the file or
  * folder), windows that cover a split's joined documents exactly, and
  * partitions by language and Dirichlet over languages whose splits never share
@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "fedmoe/clientdata.h"
 #include "fedmoe/log.h"
 #include "fedmoe/partition.h"
 #include "fedmoe/textdata.h"
@@ -76,9 +77,11 @@ static void test_fortunes(void **state)
 static void test_fortunes_missing(void **state)
 {
     (void)state;
-    char root[] = "/tmp/fedmoe-fortunes-XXXXXX", de[600];
+    char root[] = "/tmp/fedmoe-fortunes-XXXXXX", de[600], cmd[700];
     assert_non_null(mkdtemp(root));
-    sub(de, sizeof de, root, "de");
+    snprintf(de, sizeof de, "%s" FM_FORTUNES_DIR "/de", root);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", de);
+    assert_int_equal(system(cmd), 0);
     const char *f = "Erste.\n%\nZweite\nZeile.\n%\n\n%\nDritte.\n";
     put(de, "sprueche", f, strlen(f));
     put(de, "sprueche.dat", "\x01\x02", 2);
@@ -94,6 +97,88 @@ static void test_fortunes_missing(void **state)
     assert_non_null(strstr(fm_error_last(), "'xx'"));
     assert_int_equal(fm_text_corpus_load(&c, "fortunes:de,de", root), FM_ERR_ARG);
     remove_tree(root);
+}
+
+/* A page of a fake system's manpages-de: written, then gzipped in place. */
+static void man_page(const char *man, const char *name, const char *text)
+{
+    char cmd[1200];
+    put(man, name, text, strlen(text));
+    snprintf(cmd, sizeof cmd, "gzip -n '%s/%s'", man, name);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* Manual pages: a package's own pages from dpkg's list (links, ".so" pointers
+ * and non-UTF-8 pages left out), a missing package named, and sources joined
+ * by '+' labelled by source and language; the real packages when installed. */
+static void test_manpages(void **state)
+{
+    (void)state;
+    char root[] = "/tmp/fedmoe-man-XXXXXX", man[600], info[600], cmd[1400];
+    assert_non_null(mkdtemp(root));
+    snprintf(man, sizeof man, "%s/usr/share/man/de/man1", root);
+    snprintf(info, sizeof info, "%s/var/lib/dpkg/info", root);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' '%s' '%s" FM_FORTUNES_DIR "/de'", man, info, root);
+    assert_int_equal(system(cmd), 0);
+    man_page(man, "ls.1", ".TH LS 1\n.SH NAME\nls \\- Verzeichnisinhalte auflisten\n");
+    man_page(man, "dir.1", ".so man1/ls.1\n");
+    man_page(man, "latin.1", ".TH X 1\n\xe4\n");
+    man_page(man, "cat.1", ".TH CAT 1\n.SH NAME\ncat \\- Dateien verketten\n");
+    snprintf(cmd, sizeof cmd, "ln -s ls.1.gz '%s/vdir.1.gz'", man);
+    assert_int_equal(system(cmd), 0);
+    const char *list = "/.\n/usr/share/man\n/usr/share/man/de/man1/ls.1.gz\n/usr/share/man/de/man1/dir.1.gz\n"
+                       "/usr/share/man/de/man1/latin.1.gz\n/usr/share/man/de/man1/vdir.1.gz\n"
+                       "/usr/share/man/de/man1/cat.1.gz\n/usr/share/doc/manpages-de/copyright\n";
+    put(info, "manpages-de.list", list, strlen(list));
+    fm_text_corpus_t c;
+    assert_int_equal(fm_text_corpus_load(&c, "manpages:de", root), FM_OK);
+    assert_int_equal(c.languages, 1);
+    assert_string_equal(c.names[0], "de");
+    assert_int_equal(c.docs, 2); /* cat.1 then ls.1 (sorted); not dir, latin, vdir */
+    const char *cat = ".TH CAT 1\n.SH NAME\ncat \\- Dateien verketten\n";
+    assert_int_equal(c.off[1], strlen(cat));
+    assert_memory_equal(c.bytes, cat, strlen(cat));
+    fm_text_corpus_free(&c);
+    assert_int_equal(fm_text_corpus_load(&c, "manpages:de,es", root), FM_ERR_IO);
+    assert_non_null(strstr(fm_error_last(), "apt-get install manpages-es"));
+    assert_int_equal(fm_text_corpus_load(&c, "manpages:zz", root), FM_ERR_ARG);
+    assert_non_null(strstr(fm_error_last(), "'zz'"));
+    /* two sources: their languages labelled by source */
+    put(info, "../../../.." FM_FORTUNES_DIR "/de/sprueche", "Eins.\n%\nZwei.\n", 14);
+    assert_int_equal(fm_text_corpus_load(&c, "fortunes:de+manpages:de", root), FM_OK);
+    assert_int_equal(c.languages, 2);
+    assert_string_equal(c.names[0], "fortunes/de");
+    assert_string_equal(c.names[1], "manpages/de");
+    assert_int_equal(c.docs, 4);
+    assert_int_equal(c.lang[1], 0);
+    assert_int_equal(c.lang[2], 1);
+    fm_text_corpus_free(&c);
+    assert_int_equal(fm_text_corpus_load(&c, "fortunes:de+", root), FM_ERR_ARG);
+    assert_int_equal(fm_text_corpus_load(&c, "manpages:de+manpages:de", root), FM_ERR_ARG);
+    assert_non_null(strstr(fm_error_last(), "twice"));
+    remove_tree(root);
+    /* the real packages (install-deps installs them): every page UTF-8 without NUL */
+    if (fm_text_corpus_load(&c, "manpages", NULL) != FM_OK)
+        fail_msg("%s", fm_error_last());
+    assert_int_equal(c.languages, 8);
+    for (size_t i = 0; i < c.docs; i++)
+        assert_null(memchr(c.bytes + c.off[i], 0, c.off[i + 1] - c.off[i]));
+    fprintf(stderr, "  manpages: %zu pages, %llu bytes\n", c.docs, (unsigned long long)c.off[c.docs]);
+    fm_text_corpus_free(&c);
+}
+
+/* What a client takes from the network: named sources, never a path. */
+static void test_named_sources(void **state)
+{
+    (void)state;
+    const char *named[] = {"fmnist", "fortunes", "fortunes:en,de", "manpages", "manpages:pt", "fortunes:en+manpages:de"};
+    const char *not[] = {"text:/etc", "manpages:../x", "fortunes:en+text:/x", "csv:/etc/passwd", "fmnist:/x",
+                         "fortunes/../..", "manpages+", "idx:/a,/b"};
+    for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
+        assert_true(fm_data_spec_named(named[i]));
+    for (size_t i = 0; i < sizeof not / sizeof not[0]; i++)
+        if (fm_data_spec_named(not[i]))
+            fail_msg("'%s' taken as a named dataset", not[i]);
 }
 
 static void test_user_folder(void **state)
@@ -253,7 +338,8 @@ static void test_partitions(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_fortunes),  cmocka_unit_test(test_fortunes_missing), cmocka_unit_test(test_user_folder),
+        cmocka_unit_test(test_fortunes),  cmocka_unit_test(test_fortunes_missing),
+        cmocka_unit_test(test_manpages), cmocka_unit_test(test_named_sources), cmocka_unit_test(test_user_folder),
         cmocka_unit_test(test_windows),   cmocka_unit_test(test_partitions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

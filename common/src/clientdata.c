@@ -19,12 +19,12 @@ void fm_data_spec_default(fm_data_spec_t *s)
 
 bool fm_data_spec_named(const char *dataset)
 {
-    if (strcmp(dataset, "fmnist") == 0 || strcmp(dataset, "fortunes") == 0)
+    if (strcmp(dataset, "fmnist") == 0)
         return true;
-    if (strncmp(dataset, "fortunes:", 9) != 0)
+    if (strncmp(dataset, "text:", 5) == 0 || !fm_text_spec(dataset))
         return false;
-    for (const char *p = dataset + 9; *p; p++) /* (language codes and commas only) */
-        if (!((*p >= 'a' && *p <= 'z') || *p == ','))
+    for (const char *p = dataset; *p; p++) /* (source names, language codes, ':', ',' and '+' only) */
+        if (!((*p >= 'a' && *p <= 'z') || *p == ',' || *p == ':' || *p == '+'))
             return false;
     return true;
 }
@@ -64,7 +64,7 @@ static fm_status idx_source(idx_source_t *src, const char *spec)
     if (strncmp(spec, "csv:", 4) == 0 || fm_text_spec(spec))
         return FM_OK;
     fm_error_set("dataset '%s': unknown; use fmnist, fmnist:DIR, idx:IMAGES,LABELS, csv:PATH, fortunes, "
-                 "fortunes:LANG,... or text:DIR", spec);
+                 "fortunes:LANG,..., manpages[:LANG,...] (text sources joined by +) or text:DIR", spec);
     return FM_ERR_ARG;
 }
 

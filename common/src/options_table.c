@@ -273,7 +273,9 @@ static const fm_option_t table[] = {
     /* data */
     {"dataset", 0, FM_OPT_STRING, "SPEC", 0, 0, S | C | M, SPEC, R(dataset), NULL, NULL, NULL, FM_OPT_G_DATA,
      "fmnist, fmnist:DIR, idx:IMAGES,LABELS, csv:PATH; text:\n"
-     "fortunes, fortunes:LANG,... (en de es it pl ru cs pt bg eo ga)\n"
+     "fortunes, fortunes:LANG,... (en de es it pl ru cs pt bg eo ga),\n"
+     "manpages, manpages:LANG,... (en de es it pl ru cs pt fr),\n"
+     "sources joined by + (fortunes:en+manpages:en: a label each),\n"
      "or text:DIR (a UTF-8 file a document, a subfolder a language)"},
     {"partitions", 0, FM_OPT_INT, "N", 1, 100000, S, SPEC, R(partition_count), NULL, NULL, NULL, FM_OPT_G_DATA,
      "number of partitions, i.e. clients"},

@@ -1,4 +1,5 @@
-/* textdata.c - text corpora (fortune packages, user folders) and their windows
+/* textdata.c - text corpora (fortune packages, user folders; manual pages in
+ * textdata_manpages.c) and their windows
  * (textdata.h). */
 #include "fedmoe/textdata.h"
 
@@ -10,8 +11,9 @@
 #include <sys/stat.h>
 
 #include "fedmoe/log.h"
+#include "textdata_internal.h"
 
-#define MAX_FILE_BYTES (256u << 20) /* one file; a corpus is checked as it grows */
+#define MAX_FILE_BYTES TEXT_MAX_FILE_BYTES
 #define MAX_CORPUS_BYTES (4ull << 30)
 
 /* The fortune languages: code, folder under the root ("" = the root's own
@@ -33,7 +35,20 @@ static const char *const DEFAULT_FORTUNES = "en,de,es,it,pl,ru,cs,pt";
 
 bool fm_text_spec(const char *spec)
 {
-    return strcmp(spec, "fortunes") == 0 || strncmp(spec, "fortunes:", 9) == 0 || strncmp(spec, "text:", 5) == 0;
+    if (strncmp(spec, "text:", 5) == 0)
+        return true;
+    /* named sources joined by '+' */
+    for (const char *p = spec;; p++) {
+        if (strncmp(p, "fortunes", 8) != 0 && strncmp(p, "manpages", 8) != 0)
+            return false;
+        p += 8;
+        if (*p == ':')
+            p += strcspn(p, "+");
+        if (*p == 0)
+            return true;
+        if (*p != '+')
+            return false;
+    }
 }
 
 void fm_text_corpus_free(fm_text_corpus_t *c)
@@ -46,12 +61,9 @@ void fm_text_corpus_free(fm_text_corpus_t *c)
 
 /* ---- building a corpus ------------------------------------------------------- */
 
-typedef struct {
-    fm_text_corpus_t *c;
-    size_t cap_docs, cap_bytes;
-} builder_t;
+typedef text_builder_t builder_t;
 
-static fm_status add_doc(builder_t *b, int lang, const uint8_t *text, size_t len)
+fm_status text_add_doc(builder_t *b, int lang, const uint8_t *text, size_t len)
 {
     fm_text_corpus_t *c = b->c;
     size_t used = c->docs ? c->off[c->docs] : 0;
@@ -87,9 +99,7 @@ static fm_status add_doc(builder_t *b, int lang, const uint8_t *text, size_t len
     return FM_OK;
 }
 
-/* The length of the valid UTF-8 prefix of s (n when all of it is; a NUL byte
- * ends it too). */
-static size_t utf8_prefix(const uint8_t *s, size_t n)
+size_t text_utf8_prefix(const uint8_t *s, size_t n)
 {
     size_t i = 0;
     while (i < n) {
@@ -149,7 +159,7 @@ static fm_status add_fortunes(builder_t *b, int lang, const uint8_t *s, size_t n
         size_t stop = i;
         while (stop > start && (s[stop - 1] == '\n' || s[stop - 1] == '\r'))
             stop--;
-        fm_status st = stop > start ? add_doc(b, lang, s + start, stop - start) : FM_OK;
+        fm_status st = stop > start ? text_add_doc(b, lang, s + start, stop - start) : FM_OK;
         if (st != FM_OK)
             return st;
         start = i + 2;
@@ -254,7 +264,7 @@ static fm_status add_fortune_file(builder_t *b, int lang, const char *path)
         fm_status st = read_file(pass ? u8 : path, &text, &len);
         if (st != FM_OK)
             return pass ? FM_OK : st;
-        bool utf8 = utf8_prefix(text, len) == len;
+        bool utf8 = text_utf8_prefix(text, len) == len;
         if (utf8)
             st = add_fortunes(b, lang, text, len);
         free(text);
@@ -288,7 +298,7 @@ static fm_status load_fortune_lang(builder_t *b, const char *root, int L, int la
     return st;
 }
 
-static fm_status load_fortunes(builder_t *b, const char *list, const char *root)
+static fm_status load_fortunes(builder_t *b, const char *list, const char *root, const char *prefix)
 {
     char codes[256];
     snprintf(codes, sizeof codes, "%s", list && *list ? list : DEFAULT_FORTUNES);
@@ -301,16 +311,11 @@ static fm_status load_fortunes(builder_t *b, const char *list, const char *root)
             fm_error_set("fortunes: no language '%s' (en, de, es, it, pl, ru, cs, pt, bg, eo, ga)", code);
             return FM_ERR_ARG;
         }
-        for (int j = 0; j < c->languages; j++)
-            if (strcmp(c->names[j], code) == 0) {
-                fm_error_set("fortunes: language '%s' named twice", code);
-                return FM_ERR_ARG;
-            }
-        snprintf(c->names[c->languages], sizeof c->names[0], "%s", code);
-        fm_status st = load_fortune_lang(b, root, L, c->languages);
+        fm_status st = text_new_language(c, prefix, code);
+        if (st == FM_OK)
+            st = load_fortune_lang(b, root, L, c->languages - 1);
         if (st != FM_OK)
             return st;
-        c->languages++;
     }
     return FM_OK;
 }
@@ -327,7 +332,7 @@ static fm_status load_user_files(builder_t *b, const char *dir, const names_t *f
         fm_status st = read_file(path, &text, &len);
         if (st != FM_OK)
             return st;
-        size_t ok = utf8_prefix(text, len);
+        size_t ok = text_utf8_prefix(text, len);
         if (len == 0 || ok != len) {
             if (len == 0)
                 fm_error_set("%s: an empty file (every file is a document of UTF-8 text)", path);
@@ -336,7 +341,7 @@ static fm_status load_user_files(builder_t *b, const char *dir, const names_t *f
             free(text);
             return FM_ERR_FORMAT;
         }
-        st = add_doc(b, lang, text, len);
+        st = text_add_doc(b, lang, text, len);
         free(text);
         if (st != FM_OK)
             return st;
@@ -344,14 +349,22 @@ static fm_status load_user_files(builder_t *b, const char *dir, const names_t *f
     return FM_OK;
 }
 
-/* A language named name (its folder's) for the next files. */
-static fm_status new_language(fm_text_corpus_t *c, const char *name)
+fm_status text_new_language(fm_text_corpus_t *c, const char *prefix, const char *name)
 {
     if (c->languages == FM_TEXT_MAX_LANGUAGES) {
-        fm_error_set("text: more than %d languages (subfolders)", FM_TEXT_MAX_LANGUAGES);
+        fm_error_set("text: more than %d languages", FM_TEXT_MAX_LANGUAGES);
         return FM_ERR_ARG;
     }
-    snprintf(c->names[c->languages++], sizeof c->names[0], "%.31s", name);
+    char full[128];
+    snprintf(full, sizeof full, "%s%s%s", prefix ? prefix : "", prefix ? "/" : "", name);
+    size_t k = strnlen(full, sizeof c->names[0] - 1); /* (a longer folder name is cut) */
+    full[k] = 0;
+    for (int j = 0; j < c->languages; j++)
+        if (strcmp(c->names[j], full) == 0) {
+            fm_error_set("text: language '%s' named twice", full);
+            return FM_ERR_ARG;
+        }
+    memcpy(c->names[c->languages++], full, k + 1);
     return FM_OK;
 }
 
@@ -363,14 +376,14 @@ static fm_status load_user(builder_t *b, const char *dir)
         st = list_dir(dir, true, &dirs);
     if (st == FM_OK && files.n > 0) {
         const char *base = strrchr(dir, '/');
-        if ((st = new_language(b->c, base && base[1] ? base + 1 : dir)) == FM_OK)
+        if ((st = text_new_language(b->c, NULL, base && base[1] ? base + 1 : dir)) == FM_OK)
             st = load_user_files(b, dir, &files, b->c->languages - 1);
     }
     for (int i = 0; st == FM_OK && i < dirs.n; i++) {
         char sub[4096];
         names_t in = {0};
         snprintf(sub, sizeof sub, "%s/%s", dir, dirs.names[i]);
-        if ((st = list_dir(sub, false, &in)) == FM_OK && in.n > 0 && (st = new_language(b->c, dirs.names[i])) == FM_OK)
+        if ((st = list_dir(sub, false, &in)) == FM_OK && in.n > 0 && (st = text_new_language(b->c, NULL, dirs.names[i])) == FM_OK)
             st = load_user_files(b, sub, &in, b->c->languages - 1);
         names_free(&in);
     }
@@ -383,17 +396,38 @@ static fm_status load_user(builder_t *b, const char *dir)
     return st;
 }
 
+/* One named source ("fortunes[:LANGS]" or "manpages[:LANGS]"), its languages
+ * prefixed with its name when prefixed. */
+static fm_status load_named(builder_t *b, const char *part, const char *root, bool prefixed)
+{
+    const char *colon = strchr(part, ':');
+    size_t n = colon ? (size_t)(colon - part) : strlen(part);
+    char dir[2048];
+    snprintf(dir, sizeof dir, "%s%s", root ? root : "", FM_FORTUNES_DIR);
+    if (n == 8 && strncmp(part, "fortunes", 8) == 0)
+        return load_fortunes(b, colon ? colon + 1 : NULL, dir, prefixed ? "fortunes" : NULL);
+    if (n == 8 && strncmp(part, "manpages", 8) == 0)
+        return text_load_manpages(b, colon ? colon + 1 : NULL, root ? root : "", prefixed ? "manpages" : NULL);
+    fm_error_set("text: '%.*s' is not a text source (fortunes, manpages)", (int)n, part);
+    return FM_ERR_ARG;
+}
+
 fm_status fm_text_corpus_load(fm_text_corpus_t *c, const char *spec, const char *root)
 {
     memset(c, 0, sizeof *c);
     builder_t b = {.c = c};
-    fm_status st;
-    if (strcmp(spec, "fortunes") == 0 || strncmp(spec, "fortunes:", 9) == 0)
-        st = load_fortunes(&b, spec[8] == ':' ? spec + 9 : NULL, root ? root : FM_FORTUNES_DIR);
-    else if (strncmp(spec, "text:", 5) == 0 && spec[5])
+    fm_status st = FM_OK;
+    if (strncmp(spec, "text:", 5) == 0 && spec[5]) {
         st = load_user(&b, spec + 5);
-    else {
-        fm_error_set("dataset '%s': not text; use fortunes, fortunes:LANG,... or text:DIR", spec);
+    } else if (fm_text_spec(spec)) { /* sources joined by '+', each a domain of its own */
+        char parts[256];
+        snprintf(parts, sizeof parts, "%s", spec);
+        bool prefixed = strchr(parts, '+') != NULL;
+        for (char *save = NULL, *p = strtok_r(parts, "+", &save); p && st == FM_OK; p = strtok_r(NULL, "+", &save))
+            st = load_named(&b, p, root, prefixed);
+    } else {
+        fm_error_set("dataset '%s': not text; use fortunes[:LANG,...], manpages[:LANG,...] (joined by +) or text:DIR",
+                     spec);
         st = FM_ERR_ARG;
     }
     if (st == FM_ERR_NOMEM)

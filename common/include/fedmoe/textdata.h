@@ -7,6 +7,17 @@
  *                         (fortunes-de), Spanish (-es), Italian (-it), Polish
  *                         (-pl), Russian (-ru), Czech (-cs), Portuguese (-br)
  *   "fortunes:en,de,..."  those languages (also bg, eo, ga)
+ *   "manpages"            Debian's manual pages (manpages, manpages-de, -es,
+ *                         -it, -pl, -ru, -cs, -pt-br: the same eight
+ *                         languages), one page's troff source a document: a
+ *                         second, technical domain; the pages a package
+ *                         installed, from dpkg's list of its files (links and
+ *                         ".so" pointers to other pages left out)
+ *   "manpages:en,de,..."  those languages (also fr)
+ *   "fortunes:en+manpages:en"  sources joined by '+': each language of each
+ *                         source a label of its own ("fortunes/en",
+ *                         "manpages/en"), so partitions by language give a
+ *                         client one (domain, language)
  *   "text:DIR"            a folder of UTF-8 files, one document each; its
  *                         subfolders are one language each (files directly in
  *                         DIR: one language named after DIR)
@@ -43,11 +54,13 @@ typedef struct {
     uint8_t *bytes;
 } fm_text_corpus_t;
 
-/* Whether spec names a text source ("fortunes", "fortunes:...", "text:..."). */
+/* Whether spec names a text source ("fortunes", "manpages", with languages,
+ * joined by '+'; "text:..."). */
 bool fm_text_spec(const char *spec);
-/* Loads the corpus of spec; fortunes are read under root (FM_FORTUNES_DIR when
- * NULL). FM_ERR_ARG / FM_ERR_IO / FM_ERR_FORMAT with one line naming the
- * missing package, folder or file. Free with fm_text_corpus_free. */
+/* Loads the corpus of spec; the packages' files are looked for under root (a
+ * system's root folder; NULL: this system's). FM_ERR_ARG / FM_ERR_IO /
+ * FM_ERR_FORMAT with one line naming the missing package, folder or file.
+ * Free with fm_text_corpus_free. */
 fm_status fm_text_corpus_load(fm_text_corpus_t *c, const char *spec, const char *root);
 void fm_text_corpus_free(fm_text_corpus_t *c);
 
