@@ -36,12 +36,18 @@ static void run_strategy(const char *strategy, int rounds, const char *extra, ch
     if (rc != 0)
         fprintf(stderr, "%s\n", out);
     assert_int_equal(rc, 0);
-    free(out);
     fm_round_row_t *r;
     fm_client_round_row_t *cr;
     int nr, nc;
     procs_finished_run(db, &r, &nr, &cr, &nc);
     assert_int_equal(nr, rounds);
+    /* the summary leads with the last round's test bits per byte and its perplexity */
+    const char *fin = strstr(out, "final test bits/byte");
+    double bpb = 0, ppl = 0;
+    assert_non_null(fin);
+    assert_int_equal(sscanf(fin, "final test bits/byte %lf (perplexity %lf", &bpb, &ppl), 2);
+    assert_true(fabs(bpb - r[nr - 1].test_loss / log(2.0)) < 1e-3 && fabs(ppl - pow(2.0, bpb)) < 0.01 * ppl);
+    free(out);
     assert_int_equal(nc, 3 * rounds);
     for (int i = 0; i < nr; i++) {
         assert_int_equal(r[i].completed, 3);

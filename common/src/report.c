@@ -152,18 +152,38 @@ static void partition_desc(const char *json, char *buf, size_t cap)
     }
 }
 
-static void print_clients(fm_report_t *r, int round)
+/* The clients of a round; text runs also show each one's test bits per byte. */
+static void print_clients(fm_report_t *r, int round, bool text, double unit)
 {
     fm_client_round_row_t *cr;
     int nc;
     if (fm_store_list_client_rounds(r->store, r->run_id, round, &cr, &nc) != FM_OK)
         return;
-    printf("\n  %-12s %-9s %8s %7s %9s %9s\n", "client", "status", "samples", "tested", "test_acc", "gen_share");
-    for (int i = 0; i < nc; i++)
-        printf("  %-12s %-9s %8lld %7lld %8.2f%% %9.3f\n", cr[i].client_id, cr[i].status,
+    printf("\n  %-12s %-9s %8s %7s %9s %9s%s\n", "client", "status", "samples", "tested", "test_acc", "gen_share",
+           text ? "  test_bpb" : "");
+    for (int i = 0; i < nc; i++) {
+        printf("  %-12s %-9s %8lld %7lld %8.2f%% %9.3f", cr[i].client_id, cr[i].status,
                (long long)cr[i].train_samples, (long long)cr[i].test_samples, 100.0 * cr[i].test_accuracy,
                cr[i].generalist_share);
+        if (text)
+            printf(" %9.4f", cr[i].test_loss * unit);
+        printf("\n");
+    }
     free(cr);
+}
+
+/* Text runs: the final and best test bits per byte (and perplexity per byte). */
+static void print_text_loss(const fm_round_row_t *rr, int n, double unit, bool holdout)
+{
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (rr[i].test_loss < rr[best].test_loss)
+            best = i;
+    double bpb = rr[n - 1].test_loss * unit;
+    printf("  %-26s %.4f (perplexity %.2f a byte)\n", holdout ? "final holdout bits/byte" : "final test bits/byte",
+           bpb, pow(2.0, bpb));
+    printf("  best %-21s %.4f (round %d)\n", holdout ? "holdout bits/byte" : "test bits/byte",
+           rr[best].test_loss * unit, rr[best].round);
 }
 
 static void print_summary(fm_report_t *r, const fm_round_row_t *rr, int n, const fm_run_row_t *run)
@@ -185,6 +205,8 @@ static void print_summary(fm_report_t *r, const fm_round_row_t *rr, int n, const
     printf("\nsummary: run %s, strategy %s, %s, %s clients, seed %llu\n", r->run_id, run->strategy, part, clients,
            (unsigned long long)run->seed);
     printf("  %-26s %d of %d%s\n", "rounds", n, run->rounds_planned, strcmp(run->status, "finished") ? " (stopped)" : "");
+    if (fm_run_text(run))
+        print_text_loss(rr, n, fm_run_loss_unit(run), holdout);
     printf("  %-26s %.2f%%%s\n", holdout ? "final holdout accuracy" : "final test accuracy",
            100.0 * rr[n - 1].test_accuracy, holdout ? " (test splits unused)" : "");
     printf("  best %-21s %.2f%% (round %d)\n", holdout ? "holdout accuracy" : "test accuracy",
@@ -194,7 +216,7 @@ static void print_summary(fm_report_t *r, const fm_round_row_t *rr, int n, const
     printf("  %-26s %.2f s\n", "mean round time", secs / n);
     printf("  %-26s %.1f s\n", "wall time", fm_clock_seconds() - r->t0);
     printf("  %-26s %.1f MB up, %.1f MB down\n", "traffic", up / 1e6, down / 1e6);
-    print_clients(r, rr[n - 1].round);
+    print_clients(r, rr[n - 1].round, fm_run_text(run), fm_run_loss_unit(run));
 }
 
 int fm_report_summary(fm_report_t *r)
