@@ -10,7 +10,7 @@
 # runs), OUT/summary.txt (each run's final test and validation bits per byte,
 # over all bytes and as the mean over clients) and OUT/languages.txt (the last
 # round's test bits per byte of each client, by its language, for each strategy,
-# and its generalist routing share). With --holdout among the flags the "test"
+# and its generalist routing share; OUT/languages.svg the same as bars). With --holdout among the flags the "test"
 # numbers are the held-out part of train + validation (for choosing settings).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -90,3 +90,4 @@ strategy_of() { echo $strategies | cut -d' ' -f$(($1 + 1)); }
       }
     }'
 } | tee "$out/languages.txt"
+bench/text_languages_svg.sh "$out/languages.txt" "$out/languages.svg"
