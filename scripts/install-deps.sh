@@ -13,7 +13,7 @@ engine=0
 pkgs=(build-essential cmake pkg-config
       libzmq3-dev libprotobuf-c-dev protobuf-c-compiler
       libssl-dev libsqlite3-dev libopenblas-dev libcmocka-dev zlib1g-dev
-      libinih-dev dataset-fashion-mnist
+      libinih-dev libmicrohttpd-dev dataset-fashion-mnist
       fortunes fortunes-de fortunes-es fortunes-it fortunes-pl fortunes-ru fortunes-cs fortunes-br  # text: eight languages
       fortunes-eo fortunes-ga  # text: the two smallest, for the tests
       manpages manpages-de manpages-es manpages-it manpages-pl manpages-ru manpages-cs manpages-pt-br  # text: a second domain

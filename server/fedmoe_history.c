@@ -12,6 +12,7 @@
 #include "fedmoe/log.h"
 #include "fedmoe/report.h"
 #include "fedmoe/store.h"
+#include "view_http.h"
 
 static void usage(FILE *f)
 {
@@ -34,8 +35,13 @@ static void usage(FILE *f)
             "                                or the next one to start); exit 0 when it finished\n"
             "  check                         SQLite's integrity check of the database: ok, or its\n"
             "                                first problems (exit 1)\n"
+            "  serve [--listen HOST:PORT]    the round log as a read-only JSON API over HTTP\n"
+            "                                (docs/http.md), on loopback only (default\n"
+            "                                127.0.0.1:8080), while the coordinator writes; until\n"
+            "                                SIGINT or SIGTERM\n"
             "options:\n"
             "  --db PATH                     the database (default fedmoe.db)\n"
+            "  --listen HOST:PORT            serve: where (127.0.0.1, ::1 or localhost)\n"
             "  --resume-wait S               follow: a run stopped before its end (its coordinator\n"
             "                                restarting) is waited for S seconds to resume (default 0)\n"
             "  -h, --help                    this text\n");
@@ -71,6 +77,15 @@ static int cmd_follow(const char *db, const char *run, double resume_wait)
         rc = 1; /* stopped before its last round */
     fm_report_end(&r);
     return rc;
+}
+
+static int fail(void);
+
+static int cmd_serve(const char *db, const char *listen)
+{
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    return fm_view_serve(db, listen, &interrupted) == FM_OK ? 0 : fail();
 }
 
 static int fail(void)
@@ -415,7 +430,7 @@ static int cmd_plot(fm_store_t *st, const char *out, char **runs, int nruns)
 
 /* Reads options up to the next argument; returns an exit status to stop with, or -1. */
 static int parse_options(int argc, char **argv, const struct option *opts, const char **db, const char **format,
-                         const char **table, const char **out, double *resume_wait)
+                         const char **table, const char **out, const char **listen, double *resume_wait)
 {
     int c;
     while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
@@ -424,6 +439,7 @@ static int parse_options(int argc, char **argv, const struct option *opts, const
         case 'f': *format = optarg; break;
         case 't': *table = optarg; break;
         case 'o': *out = optarg; break;
+        case 'l': *listen = optarg; break;
         case 'w': {
             char *end;
             *resume_wait = strtod(optarg, &end);
@@ -445,27 +461,28 @@ int main(int argc, char **argv)
     static const struct option opts[] = {{"db", required_argument, 0, 'd'},     {"format", required_argument, 0, 'f'},
                                          {"table", required_argument, 0, 't'},  {"out", required_argument, 0, 'o'},
                                          {"resume-wait", required_argument, 0, 'w'},
+                                         {"listen", required_argument, 0, 'l'},
                                          {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
-    const char *db = "fedmoe.db", *format = "csv", *table = "rounds", *out = NULL;
+    const char *db = "fedmoe.db", *format = "csv", *table = "rounds", *out = NULL, *listen = "127.0.0.1:8080";
     double resume_wait = 0.0;
     opterr = 0;
-    int rc = parse_options(argc, argv, opts, &db, &format, &table, &out, &resume_wait);
+    int rc = parse_options(argc, argv, opts, &db, &format, &table, &out, &listen, &resume_wait);
     if (rc >= 0)
         return rc;
     if (optind >= argc) {
-        fprintf(stderr, "fedmoe-history: a command is needed: runs, rounds, clients, export, plot, follow or check (see --help)\n");
+        fprintf(stderr, "fedmoe-history: a command is needed: runs, rounds, clients, export, plot, follow, check or serve (see --help)\n");
         return 2;
     }
     const char *cmd = argv[optind++];
     /* options may also follow the command */
-    if ((rc = parse_options(argc, argv, opts, &db, &format, &table, &out, &resume_wait)) >= 0)
+    if ((rc = parse_options(argc, argv, opts, &db, &format, &table, &out, &listen, &resume_wait)) >= 0)
         return rc;
     char **rest = argv + optind;
     int nrest = argc - optind;
     bool known = !strcmp(cmd, "runs") || !strcmp(cmd, "rounds") || !strcmp(cmd, "clients") || !strcmp(cmd, "export") ||
-                 !strcmp(cmd, "plot") || !strcmp(cmd, "follow") || !strcmp(cmd, "check");
+                 !strcmp(cmd, "plot") || !strcmp(cmd, "follow") || !strcmp(cmd, "check") || !strcmp(cmd, "serve");
     if (!known) {
-        fprintf(stderr, "fedmoe-history: unknown command '%s' (runs, rounds, clients, export, plot, follow, check)\n", cmd);
+        fprintf(stderr, "fedmoe-history: unknown command '%s' (runs, rounds, clients, export, plot, follow, check, serve)\n", cmd);
         return 2;
     }
     if (strcmp(format, "csv") && strcmp(format, "json")) {
@@ -476,7 +493,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "fedmoe-history: --table must be rounds or clients\n");
         return 2;
     }
-    if (((!strcmp(cmd, "runs") || !strcmp(cmd, "check")) && nrest > 0) ||
+    if (((!strcmp(cmd, "runs") || !strcmp(cmd, "check") || !strcmp(cmd, "serve")) && nrest > 0) ||
         ((!strcmp(cmd, "rounds") || !strcmp(cmd, "export") || !strcmp(cmd, "follow")) && nrest > 1) ||
         (!strcmp(cmd, "clients") && (nrest < 1 || nrest > 2))) {
         fprintf(stderr, "fedmoe-history: wrong arguments for '%s' (see --help)\n", cmd);
@@ -498,6 +515,8 @@ int main(int argc, char **argv)
     }
     if (!strcmp(cmd, "follow"))
         return cmd_follow(db, nrest ? rest[0] : NULL, resume_wait);
+    if (!strcmp(cmd, "serve"))
+        return cmd_serve(db, listen);
     fm_store_t *st = NULL;
     if (fm_store_open(&st, db, true) != FM_OK)
         return fail();

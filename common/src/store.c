@@ -36,6 +36,8 @@ static const char *SCHEMA =
     " train_samples INTEGER, test_samples INTEGER, test_correct INTEGER, seconds REAL,"
     " bytes_up INTEGER, bytes_down INTEGER, val_samples INTEGER, val_correct INTEGER,"
     " PRIMARY KEY (run_id, round, client_id));"
+    /* (a client's history across rounds: the browser view's drill-down) */
+    "CREATE INDEX IF NOT EXISTS client_rounds_by_client ON client_rounds (run_id, client_id, round);"
     "CREATE TABLE IF NOT EXISTS checkpoints ("
     " run_id TEXT NOT NULL, round INTEGER NOT NULL, state BLOB NOT NULL, sha256 TEXT NOT NULL,"
     " PRIMARY KEY (run_id, round));";
@@ -444,16 +446,24 @@ static void read_round(sqlite3_stmt *st, void *p)
 
 fm_status fm_store_list_rounds(fm_store_t *s, const char *run_id, fm_round_row_t **rows, int *n)
 {
+    return fm_store_list_rounds_since(s, run_id, 0, -1, rows, n);
+}
+
+fm_status fm_store_list_rounds_since(fm_store_t *s, const char *run_id, int since, int limit, fm_round_row_t **rows,
+                                     int *n)
+{
     sqlite3_stmt *st;
     char sql[512];
     snprintf(sql, sizeof sql,
              "SELECT round, started_at, finished_at, selected, completed, dropped, train_loss, test_loss,"
              " test_accuracy, bytes_up, bytes_down, seconds, checkpoint_sha256, %s FROM rounds WHERE run_id = ?"
-             " ORDER BY round",
+             " AND round > ? ORDER BY round LIMIT ?",
              s->has_val ? "val_accuracy" : "NULL");
     if (prepare(s, &st, sql) != FM_OK)
         return FM_ERR_IO;
     sqlite3_bind_text(st, 1, run_id, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int(st, 2, since);
+    sqlite3_bind_int(st, 3, limit);
     return read_all(s, st, (void **)rows, n, sizeof **rows, read_round);
 }
 
@@ -479,21 +489,40 @@ static void read_client_round(sqlite3_stmt *st, void *p)
     c->val_correct = sqlite3_column_int64(st, 15);
 }
 
-fm_status fm_store_list_client_rounds(fm_store_t *s, const char *run_id, int round, fm_client_round_row_t **rows,
-                                      int *n)
+/* Client rows of run_id: of round `round` (< 0: every round), of client `client`
+ * only (NULL: every client) from round since + 1 on, at most limit (< 0: all). */
+static fm_status client_rounds(fm_store_t *s, const char *run_id, int round, const char *client, int since, int limit,
+                               fm_client_round_row_t **rows, int *n)
 {
     sqlite3_stmt *st;
-    char sql[512];
+    char sql[640];
     snprintf(sql, sizeof sql,
              "SELECT round, client_id, status, train_loss, val_loss, test_loss, test_accuracy, generalist_share,"
              " train_samples, test_samples, test_correct, seconds, bytes_up, bytes_down, %s FROM client_rounds"
-             " WHERE run_id = ?1 AND (?2 < 0 OR round = ?2) ORDER BY round, client_id",
+             " WHERE run_id = ?1 AND (?2 < 0 OR round = ?2) AND (?3 IS NULL OR client_id = ?3) AND round > ?4"
+             " ORDER BY round, client_id LIMIT ?5",
              s->has_val ? "val_samples, val_correct" : "NULL, NULL");
     if (prepare(s, &st, sql) != FM_OK)
         return FM_ERR_IO;
     sqlite3_bind_text(st, 1, run_id, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int(st, 2, round);
+    if (client)
+        sqlite3_bind_text(st, 3, client, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int(st, 4, since);
+    sqlite3_bind_int(st, 5, limit);
     return read_all(s, st, (void **)rows, n, sizeof **rows, read_client_round);
+}
+
+fm_status fm_store_list_client_rounds(fm_store_t *s, const char *run_id, int round, fm_client_round_row_t **rows,
+                                      int *n)
+{
+    return client_rounds(s, run_id, round, NULL, -1, -1, rows, n);
+}
+
+fm_status fm_store_client_history(fm_store_t *s, const char *run_id, const char *client, int since, int limit,
+                                  fm_client_round_row_t **rows, int *n)
+{
+    return client_rounds(s, run_id, -1, client, since, limit, rows, n);
 }
 
 static void read_client(sqlite3_stmt *st, void *p)

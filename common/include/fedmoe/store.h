@@ -88,6 +88,12 @@ fm_status fm_store_list_runs(fm_store_t *s, fm_run_row_t **rows, int *n);
 /* A run's rounds in order; *rows malloc'd, the caller frees it (NULL when *n is 0),
  * as for the two lists below. */
 fm_status fm_store_list_rounds(fm_store_t *s, const char *run_id, fm_round_row_t **rows, int *n);
+/* Its rounds after round `since`, at most limit of them (< 0: all). */
+fm_status fm_store_list_rounds_since(fm_store_t *s, const char *run_id, int since, int limit, fm_round_row_t **rows,
+                                     int *n);
+/* One client's rows in a run, after round `since`, at most limit (< 0: all). */
+fm_status fm_store_client_history(fm_store_t *s, const char *run_id, const char *client, int since, int limit,
+                                  fm_client_round_row_t **rows, int *n);
 /* Client rows of one round, or of every round with round < 0. */
 fm_status fm_store_list_client_rounds(fm_store_t *s, const char *run_id, int round, fm_client_round_row_t **rows,
                                       int *n);

@@ -1,0 +1,433 @@
+/* view_api.c - the browser view's JSON API (view_api.h, docs/http.md). */
+#define _GNU_SOURCE /* qsort_r */
+#include "view_api.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fedmoe/log.h"
+#include "fedmoe/report.h"
+
+/* ---- JSON ------------------------------------------------------------------------ */
+
+static void jstr(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+/* A number, or null when it is not finite (JSON has no NaN). */
+static void jnum(FILE *f, double v)
+{
+    if (isfinite(v))
+        fprintf(f, "%.9g", v);
+    else
+        fputs("null", f);
+}
+
+static void key(FILE *f, bool *first, const char *k)
+{
+    fprintf(f, "%s\"%s\":", *first ? "" : ",", k);
+    *first = false;
+}
+
+static void knum(FILE *f, bool *first, const char *k, double v)
+{
+    key(f, first, k);
+    jnum(f, v);
+}
+
+static void kstr(FILE *f, bool *first, const char *k, const char *v)
+{
+    key(f, first, k);
+    jstr(f, v);
+}
+
+static void run_json(FILE *f, const fm_run_row_t *r, const fm_round_row_t *last)
+{
+    bool first = true;
+    fputc('{', f);
+    kstr(f, &first, "id", r->id);
+    kstr(f, &first, "strategy", r->strategy);
+    kstr(f, &first, "status", r->status);
+    knum(f, &first, "seed", (double)r->seed);
+    knum(f, &first, "rounds_planned", r->rounds_planned);
+    knum(f, &first, "rounds_done", r->rounds_done);
+    kstr(f, &first, "started_at", r->started_at);
+    kstr(f, &first, "finished_at", r->finished_at);
+    key(f, &first, "text");
+    fputs(fm_run_text(r) ? "true" : "false", f);
+    key(f, &first, "holdout");
+    fputs(fm_run_holdout(r) ? "true" : "false", f);
+    key(f, &first, "last");
+    if (last)
+        fprintf(f, "{\"round\":%d,\"test_accuracy\":%.9g,\"test_loss\":%.9g,\"val_accuracy\":%.9g}", last->round,
+                last->test_accuracy, last->test_loss, last->val_accuracy);
+    else
+        fputs("null", f);
+    fputc('}', f);
+}
+
+static void round_json(FILE *f, const fm_round_row_t *r)
+{
+    bool first = true;
+    fputc('{', f);
+    knum(f, &first, "round", r->round);
+    kstr(f, &first, "started_at", r->started_at);
+    kstr(f, &first, "finished_at", r->finished_at);
+    knum(f, &first, "selected", r->selected);
+    knum(f, &first, "completed", r->completed);
+    knum(f, &first, "dropped", r->dropped);
+    knum(f, &first, "train_loss", r->train_loss);
+    knum(f, &first, "test_loss", r->test_loss);
+    knum(f, &first, "test_accuracy", r->test_accuracy);
+    knum(f, &first, "val_accuracy", r->val_accuracy);
+    knum(f, &first, "bytes_up", (double)r->bytes_up);
+    knum(f, &first, "bytes_down", (double)r->bytes_down);
+    knum(f, &first, "seconds", r->seconds);
+    fputc('}', f);
+}
+
+static void client_json(FILE *f, const fm_client_round_row_t *c)
+{
+    bool first = true;
+    fputc('{', f);
+    knum(f, &first, "round", c->round);
+    kstr(f, &first, "client", c->client_id);
+    kstr(f, &first, "status", c->status);
+    knum(f, &first, "train_loss", c->train_loss);
+    knum(f, &first, "val_loss", c->val_loss);
+    knum(f, &first, "test_loss", c->test_loss);
+    knum(f, &first, "test_accuracy", c->test_accuracy);
+    knum(f, &first, "generalist_share", c->generalist_share);
+    knum(f, &first, "train_samples", (double)c->train_samples);
+    knum(f, &first, "test_samples", (double)c->test_samples);
+    knum(f, &first, "val_samples", (double)c->val_samples);
+    knum(f, &first, "seconds", c->seconds);
+    knum(f, &first, "bytes_up", (double)c->bytes_up);
+    knum(f, &first, "bytes_down", (double)c->bytes_down);
+    fputc('}', f);
+}
+
+/* ---- answers ----------------------------------------------------------------------- */
+
+typedef struct {
+    FILE *f;
+    int status;
+} answer_t;
+
+static void error(answer_t *a, int status, const char *why)
+{
+    a->status = status;
+    fputs("{\"error\":", a->f);
+    jstr(a->f, why);
+    fputc('}', a->f);
+}
+
+/* Query parameter `name` as an integer in [lo, hi] (def when absent): false
+ * (a 400 answered) when it is not one. */
+static bool int_arg(answer_t *a, fm_view_arg_fn arg, void *ctx, const char *name, long lo, long hi, long def,
+                    long *out)
+{
+    const char *v = arg(ctx, name);
+    *out = def;
+    if (!v)
+        return true;
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (!*v || *end || errno || x < lo || x > hi) {
+        char why[160];
+        snprintf(why, sizeof why, "%s: expected an integer in %ld..%ld, got '%.40s'", name, lo, hi, v);
+        error(a, 400, why);
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
+static void runs(answer_t *a, fm_store_t *st)
+{
+    fm_run_row_t *r;
+    int n;
+    if (fm_store_list_runs(st, &r, &n) != FM_OK) {
+        error(a, 500, fm_error_last());
+        return;
+    }
+    fputs("{\"runs\":[", a->f);
+    for (int i = 0; i < n; i++) {
+        fm_round_row_t *last = NULL;
+        int nl = 0;
+        /* (the last committed round: rounds_done is the count) */
+        if (fm_store_list_rounds_since(st, r[i].id, r[i].rounds_done - 1, 1, &last, &nl) != FM_OK)
+            nl = 0;
+        fputs(i ? "," : "", a->f);
+        run_json(a->f, &r[i], nl ? last : NULL);
+        free(last);
+        fm_store_run_clear(&r[i]);
+    }
+    free(r);
+    fputs("]}", a->f);
+}
+
+/* The run named id into *run (404 answered when there is none). */
+static bool find_run(answer_t *a, fm_store_t *st, const char *id, fm_run_row_t *run)
+{
+    bool found = false;
+    if (fm_store_get_run(st, id, run, &found) != FM_OK) {
+        error(a, 500, fm_error_last());
+        return false;
+    }
+    if (!found) {
+        char why[160];
+        snprintf(why, sizeof why, "no run '%.64s'", id);
+        error(a, 404, why);
+    }
+    return found;
+}
+
+static void run_detail(answer_t *a, fm_store_t *st, const fm_run_row_t *run)
+{
+    fm_round_row_t *last = NULL;
+    int nl = 0;
+    if (fm_store_list_rounds_since(st, run->id, run->rounds_done - 1, 1, &last, &nl) != FM_OK)
+        nl = 0;
+    fputs("{\"run\":", a->f);
+    run_json(a->f, run, nl ? last : NULL);
+    /* (the config is the coordinator's own JSON object) */
+    fprintf(a->f, ",\"config\":%s}", run->config && run->config[0] == '{' ? run->config : "null");
+    free(last);
+}
+
+static void rounds(answer_t *a, fm_store_t *st, const fm_run_row_t *run, fm_view_arg_fn arg, void *ctx)
+{
+    long since, limit;
+    if (!int_arg(a, arg, ctx, "since", 0, 1 << 30, 0, &since) ||
+        !int_arg(a, arg, ctx, "limit", 1, FM_VIEW_ROUNDS_LIMIT, FM_VIEW_ROUNDS_LIMIT, &limit))
+        return;
+    fm_round_row_t *r;
+    int n;
+    /* one more than asked: whether more follow */
+    if (fm_store_list_rounds_since(st, run->id, (int)since, (int)limit + 1, &r, &n) != FM_OK) {
+        error(a, 500, fm_error_last());
+        return;
+    }
+    bool more = n > limit;
+    n = more ? (int)limit : n;
+    fprintf(a->f, "{\"run\":");
+    jstr(a->f, run->id);
+    fprintf(a->f, ",\"status\":");
+    jstr(a->f, run->status);
+    fputs(",\"rounds\":[", a->f);
+    for (int i = 0; i < n; i++) {
+        fputs(i ? "," : "", a->f);
+        round_json(a->f, &r[i]);
+    }
+    fprintf(a->f, "],\"next_since\":%d,\"more\":%s}", n ? r[n - 1].round : (int)since, more ? "true" : "false");
+    free(r);
+}
+
+/* The client columns a round's table sorts by: name, and its value of a row. */
+typedef struct {
+    const char *name;
+    double (*num)(const fm_client_round_row_t *c); /* NULL: by text (client, status) */
+} sort_key_t;
+
+#define NUM(field) static double by_##field(const fm_client_round_row_t *c) { return (double)c->field; }
+NUM(train_loss)
+NUM(val_loss)
+NUM(test_loss)
+NUM(test_accuracy)
+NUM(generalist_share)
+NUM(train_samples)
+NUM(test_samples)
+NUM(seconds)
+NUM(bytes_up)
+#undef NUM
+static const sort_key_t SORT_KEYS[] = {
+    {"client", NULL},          {"status", NULL},           {"train_loss", by_train_loss},
+    {"val_loss", by_val_loss}, {"test_loss", by_test_loss}, {"test_accuracy", by_test_accuracy},
+    {"generalist_share", by_generalist_share}, {"train_samples", by_train_samples},
+    {"test_samples", by_test_samples}, {"seconds", by_seconds}, {"bytes_up", by_bytes_up},
+};
+#define SORT_KEY_COUNT ((int)(sizeof SORT_KEYS / sizeof SORT_KEYS[0]))
+
+typedef struct {
+    const sort_key_t *k;
+    int dir; /* 1 ascending, -1 descending */
+} sort_t;
+
+static int cmp_clients(const void *pa, const void *pb, void *arg)
+{
+    const sort_t *s = arg;
+    const fm_client_round_row_t *a = pa, *b = pb;
+    int c;
+    if (s->k->num) {
+        double x = s->k->num(a), y = s->k->num(b);
+        c = (x > y) - (x < y);
+    } else {
+        c = strcmp(s->k == &SORT_KEYS[1] ? a->status : a->client_id, s->k == &SORT_KEYS[1] ? b->status : b->client_id);
+    }
+    return c ? s->dir * c : strcmp(a->client_id, b->client_id); /* (ties: by client, one order) */
+}
+
+/* The sort of ?sort=KEY&order=asc|desc (client, ascending by default); NULL
+ * when either is unknown (a 400 answered). */
+static bool sort_arg(answer_t *a, fm_view_arg_fn arg, void *ctx, sort_t *s)
+{
+    const char *k = arg(ctx, "sort"), *o = arg(ctx, "order");
+    s->k = &SORT_KEYS[0];
+    s->dir = 1;
+    if (k) {
+        int i = 0;
+        while (i < SORT_KEY_COUNT && strcmp(SORT_KEYS[i].name, k) != 0)
+            i++;
+        if (i == SORT_KEY_COUNT) {
+            error(a, 400, "sort: expected one of client, status, train_loss, val_loss, test_loss, test_accuracy, "
+                          "generalist_share, train_samples, test_samples, seconds, bytes_up");
+            return false;
+        }
+        s->k = &SORT_KEYS[i];
+    }
+    if (o && strcmp(o, "asc") != 0 && strcmp(o, "desc") != 0) {
+        error(a, 400, "order: expected asc or desc");
+        return false;
+    }
+    s->dir = o && !strcmp(o, "desc") ? -1 : 1;
+    return true;
+}
+
+static void round_clients(answer_t *a, fm_store_t *st, const fm_run_row_t *run, const char *round_text,
+                          fm_view_arg_fn arg, void *ctx)
+{
+    char *end;
+    long round = strtol(round_text, &end, 10);
+    long offset, limit;
+    sort_t s;
+    if (!*round_text || *end || round < 1 || round > (1 << 30)) {
+        error(a, 400, "round: expected a round number");
+        return;
+    }
+    if (!int_arg(a, arg, ctx, "offset", 0, 1 << 30, 0, &offset) ||
+        !int_arg(a, arg, ctx, "limit", 1, FM_VIEW_CLIENTS_MAX, FM_VIEW_CLIENTS_LIMIT, &limit) || !sort_arg(a, arg, ctx, &s))
+        return;
+    fm_client_round_row_t *c;
+    int n;
+    if (fm_store_list_client_rounds(st, run->id, (int)round, &c, &n) != FM_OK) {
+        error(a, 500, fm_error_last());
+        return;
+    }
+    if (n == 0) {
+        char why[160];
+        snprintf(why, sizeof why, "run %.64s has no round %ld", run->id, round);
+        error(a, 404, why);
+        return;
+    }
+    qsort_r(c, (size_t)n, sizeof *c, cmp_clients, &s);
+    fprintf(a->f, "{\"run\":");
+    jstr(a->f, run->id);
+    fprintf(a->f, ",\"round\":%ld,\"total\":%d,\"offset\":%ld,\"clients\":[", round, n, offset);
+    for (long i = offset; i < n && i < offset + limit; i++) {
+        fputs(i > offset ? "," : "", a->f);
+        client_json(a->f, &c[i]);
+    }
+    fputs("]}", a->f);
+    free(c);
+}
+
+static void client_history(answer_t *a, fm_store_t *st, const fm_run_row_t *run, const char *client,
+                           fm_view_arg_fn arg, void *ctx)
+{
+    long since, limit;
+    if (!int_arg(a, arg, ctx, "since", 0, 1 << 30, 0, &since) ||
+        !int_arg(a, arg, ctx, "limit", 1, FM_VIEW_ROUNDS_LIMIT, FM_VIEW_ROUNDS_LIMIT, &limit))
+        return;
+    fm_client_round_row_t *c;
+    int n;
+    if (fm_store_client_history(st, run->id, client, (int)since, (int)limit + 1, &c, &n) != FM_OK) {
+        error(a, 500, fm_error_last());
+        return;
+    }
+    if (n == 0 && since == 0) {
+        char why[200];
+        snprintf(why, sizeof why, "run %.64s has no client '%.64s'", run->id, client);
+        error(a, 404, why);
+        return;
+    }
+    bool more = n > limit;
+    n = more ? (int)limit : n;
+    fprintf(a->f, "{\"run\":");
+    jstr(a->f, run->id);
+    fputs(",\"client\":", a->f);
+    jstr(a->f, client);
+    fputs(",\"rounds\":[", a->f);
+    for (int i = 0; i < n; i++) {
+        fputs(i ? "," : "", a->f);
+        client_json(a->f, &c[i]);
+    }
+    fprintf(a->f, "],\"next_since\":%d,\"more\":%s}", n ? c[n - 1].round : (int)since, more ? "true" : "false");
+    free(c);
+}
+
+/* Splits path into at most max segments (in buf, cap bytes); their count, or
+ * -1 when a segment is empty or there are more. */
+static int segments(const char *path, char *buf, size_t cap, char **seg, int max)
+{
+    snprintf(buf, cap, "%s", path);
+    int n = 0;
+    for (char *p = buf; *p;) {
+        if (*p != '/' || n == max)
+            return -1;
+        *p++ = 0;
+        seg[n++] = p;
+        p += strcspn(p, "/");
+        if (p == seg[n - 1])
+            return -1;
+    }
+    return n;
+}
+
+void fm_view_api(fm_store_t *st, const char *path, fm_view_arg_fn arg, void *ctx, fm_view_reply_t *out)
+{
+    memset(out, 0, sizeof *out);
+    answer_t a = {.f = open_memstream(&out->body, &out->len), .status = 200};
+    if (!a.f) {
+        out->status = 500;
+        return;
+    }
+    char buf[512], *seg[6];
+    int n = strlen(path) < sizeof buf ? segments(path, buf, sizeof buf, seg, 6) : -1;
+    fm_run_row_t run = {0};
+    if (n < 2 || strcmp(seg[0], "api") != 0 || strcmp(seg[1], "runs") != 0) {
+        error(&a, 404, "no such path; the API: /api/runs, /api/runs/RUN, /api/runs/RUN/rounds, "
+                       "/api/runs/RUN/rounds/ROUND/clients, /api/runs/RUN/clients/CLIENT");
+    } else if (n == 2) {
+        runs(&a, st);
+    } else if (find_run(&a, st, seg[2], &run)) {
+        if (n == 3)
+            run_detail(&a, st, &run);
+        else if (n == 4 && !strcmp(seg[3], "rounds"))
+            rounds(&a, st, &run, arg, ctx);
+        else if (n == 6 && !strcmp(seg[3], "rounds") && !strcmp(seg[5], "clients"))
+            round_clients(&a, st, &run, seg[4], arg, ctx);
+        else if (n == 5 && !strcmp(seg[3], "clients"))
+            client_history(&a, st, &run, seg[4], arg, ctx);
+        else
+            error(&a, 404, "no such path under the run (rounds, rounds/ROUND/clients, clients/CLIENT)");
+    }
+    fm_store_run_clear(&run);
+    fclose(a.f);
+    out->status = a.status;
+}

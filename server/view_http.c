@@ -1,0 +1,133 @@
+/* view_http.c - the browser view's HTTP server (view_http.h): one
+ * libmicrohttpd thread answers requests one at a time from one read-only
+ * store (SQLite in WAL mode: the coordinator goes on writing). */
+#include "view_http.h"
+
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fedmoe/log.h"
+#include "fedmoe/store.h"
+#include "view_api.h"
+
+#define MAX_CONNECTIONS 64
+#define CONNECTION_TIMEOUT_S 10
+
+static const char *query_arg(void *ctx, const char *name)
+{
+    return MHD_lookup_connection_value(ctx, MHD_GET_ARGUMENT_KIND, name);
+}
+
+static enum MHD_Result reply(struct MHD_Connection *c, int status, char *body, size_t len, const char *type)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", type);
+    MHD_add_response_header(r, "Cache-Control", "no-store");
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+static enum MHD_Result answer(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                              const char *version, const char *upload, size_t *upload_len, void **state)
+{
+    (void)version;
+    (void)upload;
+    if (!*state) { /* (called first for the headers: nothing to do yet) */
+        *state = c;
+        return MHD_YES;
+    }
+    if (*upload_len) { /* a body: read-only, nothing is taken */
+        *upload_len = 0;
+        return MHD_YES;
+    }
+    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
+        static const char msg[] = "{\"error\":\"read-only: only GET and HEAD\"}";
+        return reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, strdup(msg), sizeof msg - 1, "application/json");
+    }
+    fm_view_reply_t r;
+    fm_view_api(cls, url, query_arg, c, &r);
+    if (!r.body)
+        return MHD_NO;
+    return reply(c, r.status, r.body, r.len, "application/json");
+}
+
+/* listen "HOST:PORT" into a loopback socket address. */
+static fm_status loopback_address(const char *listen, struct sockaddr_storage *sa)
+{
+    memset(sa, 0, sizeof *sa);
+    const char *colon = strrchr(listen, ':');
+    char host[64];
+    if (!colon || colon == listen || (size_t)(colon - listen) >= sizeof host) {
+        fm_error_set("--listen '%s': expected HOST:PORT (127.0.0.1:8080)", listen);
+        return FM_ERR_ARG;
+    }
+    memcpy(host, listen, (size_t)(colon - listen));
+    host[colon - listen] = 0;
+    char *end;
+    long port = strtol(colon + 1, &end, 10);
+    if (!colon[1] || *end || port < 1 || port > 65535) {
+        fm_error_set("--listen '%s': the port must be 1..65535", listen);
+        return FM_ERR_ARG;
+    }
+    struct sockaddr_in *v4 = (struct sockaddr_in *)sa;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)sa;
+    if (!strcmp(host, "localhost") || !strcmp(host, "127.0.0.1")) {
+        v4->sin_family = AF_INET;
+        v4->sin_port = htons((uint16_t)port);
+        v4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    } else if (!strcmp(host, "[::1]") || !strcmp(host, "::1")) {
+        v6->sin6_family = AF_INET6;
+        v6->sin6_port = htons((uint16_t)port);
+        v6->sin6_addr = in6addr_loopback;
+    } else {
+        fm_error_set("--listen '%s': the view serves loopback only (127.0.0.1, ::1 or localhost); reach it from "
+                     "elsewhere through an SSH tunnel",
+                     listen);
+        return FM_ERR_ARG;
+    }
+    return FM_OK;
+}
+
+fm_status fm_view_serve(const char *db, const char *listen, volatile sig_atomic_t *stop)
+{
+    struct sockaddr_storage sa;
+    fm_status st = loopback_address(listen, &sa);
+    if (st != FM_OK)
+        return st;
+    struct stat sb;
+    if (stat(db, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        fm_error_set("%s: no such database (fedmoe-server --db writes one)", db);
+        return FM_ERR_IO;
+    }
+    fm_store_t *store = NULL;
+    if ((st = fm_store_open(&store, db, true)) != FM_OK)
+        return st;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | (sa.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+    struct MHD_Daemon *d = MHD_start_daemon(flags, 0, NULL, NULL, answer, store, MHD_OPTION_SOCK_ADDR, &sa,
+                                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)MAX_CONNECTIONS,
+                                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONNECTION_TIMEOUT_S,
+                                            MHD_OPTION_END);
+    if (!d) {
+        fm_error_set("--listen %s: cannot serve there (the port taken?)", listen);
+        fm_store_close(&store);
+        return FM_ERR_IO;
+    }
+    fm_info("serving %s on http://%s/ (read-only; the API under /api/runs)", db, listen);
+    while (!*stop)
+        pause();
+    MHD_stop_daemon(d);
+    fm_store_close(&store);
+    return FM_OK;
+}
