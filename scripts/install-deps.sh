@@ -19,6 +19,7 @@ pkgs=(build-essential cmake pkg-config
       manpages manpages-de manpages-es manpages-it manpages-pl manpages-ru manpages-cs manpages-pt-br  # text: a second domain
       python3 python3-zmq python3-protobuf protobuf-compiler  # the Python client example and its test
       iptables iproute2                                       # the silent-peer test (a cut network)
+      chromium chromium-driver                                # the browser view's test (headless)
       docker.io docker-compose debootstrap python3-yaml)      # docker/ and its tests (the engine: docker/engine.sh)
 case "${1:-}" in
   --bench) pkgs+=(python3-torch python3-numpy) ;;

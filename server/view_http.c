@@ -15,6 +15,7 @@
 #include "fedmoe/log.h"
 #include "fedmoe/store.h"
 #include "view_api.h"
+#include "view_assets.h"
 
 #define MAX_CONNECTIONS 64
 #define CONNECTION_TIMEOUT_S 10
@@ -55,6 +56,23 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *c, const char *u
     if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
         static const char msg[] = "{\"error\":\"read-only: only GET and HEAD\"}";
         return reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, strdup(msg), sizeof msg - 1, "application/json");
+    }
+    if (strncmp(url, "/api/", 5) != 0) { /* the page: built in, never a file */
+        const char *want = strcmp(url, "/") == 0 ? "/index.html" : url;
+        for (const fm_view_asset_t *a = fm_view_assets; a->path; a++)
+            if (strcmp(a->path, want) == 0) {
+                struct MHD_Response *r =
+                    MHD_create_response_from_buffer(a->len, (void *)a->data, MHD_RESPMEM_PERSISTENT);
+                if (!r)
+                    return MHD_NO;
+                MHD_add_response_header(r, "Content-Type", a->type);
+                MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+                MHD_add_response_header(r, "Content-Security-Policy",
+                                        "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:");
+                enum MHD_Result ok = MHD_queue_response(c, MHD_HTTP_OK, r);
+                MHD_destroy_response(r);
+                return ok;
+            }
     }
     fm_view_reply_t r;
     fm_view_api(cls, url, query_arg, c, &r);
@@ -124,7 +142,7 @@ fm_status fm_view_serve(const char *db, const char *listen, volatile sig_atomic_
         fm_store_close(&store);
         return FM_ERR_IO;
     }
-    fm_info("serving %s on http://%s/ (read-only; the API under /api/runs)", db, listen);
+    fm_info("serving %s on http://%s/ (read-only: the page, and its JSON API under /api/runs)", db, listen);
     while (!*stop)
         pause();
     MHD_stop_daemon(d);
