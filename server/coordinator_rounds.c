@@ -156,7 +156,7 @@ static void round_row(const fm_coordinator_t *c, double now, fm_round_row_t *r)
     r->selected = c->round.nparts;
     r->completed = fm_round_count(&c->round, FM_PART_COMPLETED);
     r->dropped = r->selected - r->completed;
-    double tl = 0, tn = 0, sl = 0, sn = 0, corr = 0, vn = 0, vcorr = 0;
+    double tl = 0, tn = 0, sl = 0, sn = 0, corr = 0, vn = 0, vcorr = 0, gs = 0;
     for (int i = 0; i < c->round.nparts; i++) {
         const fm_participant_t *p = &c->round.parts[i];
         if (p->state != FM_PART_COMPLETED)
@@ -166,6 +166,7 @@ static void round_row(const fm_coordinator_t *c, double now, fm_round_row_t *r)
         sl += p->row.test_loss * (double)p->row.test_samples;
         sn += (double)p->row.test_samples;
         corr += (double)p->row.test_correct;
+        gs += p->row.generalist_share * (double)p->row.test_samples;
         vn += (double)p->row.val_samples;
         vcorr += (double)p->row.val_correct;
     }
@@ -173,6 +174,7 @@ static void round_row(const fm_coordinator_t *c, double now, fm_round_row_t *r)
     r->test_loss = sn > 0 ? sl / sn : 0.0;
     r->test_accuracy = sn > 0 ? corr / sn : 0.0;
     r->val_accuracy = vn > 0 ? vcorr / vn : 0.0;
+    r->generalist_share = sn > 0 ? gs / sn : 0.0;
     r->bytes_up = c->bytes_up;
     r->bytes_down = c->bytes_down;
     r->seconds = now - c->round.started;

@@ -249,21 +249,26 @@ static int cmd_export(fm_store_t *st, bool json, bool clients, const char *arg)
             printf(",\"config\":%s,\"rounds\":[", run.config);
         } else {
             printf("run,round,started_at,finished_at,selected,completed,dropped,train_loss,test_loss,test_accuracy,"
-                   "bytes_up,bytes_down,seconds,checkpoint_sha256,val_accuracy\n");
+                   "bytes_up,bytes_down,seconds,checkpoint_sha256,val_accuracy,generalist_share\n");
         }
         for (int i = 0; i < n; i++) {
+            char share[32] = ""; /* (not logged before the column existed: null / empty) */
+            if (!isnan(r[i].generalist_share))
+                snprintf(share, sizeof share, "%.6g", r[i].generalist_share);
             if (json)
                 printf("%s{\"round\":%d,\"started_at\":\"%s\",\"finished_at\":\"%s\",\"selected\":%d,\"completed\":%d,"
                        "\"dropped\":%d,\"train_loss\":%.6g,\"test_loss\":%.6g,\"test_accuracy\":%.6g,\"bytes_up\":%lld,"
-                       "\"bytes_down\":%lld,\"seconds\":%.6g,\"checkpoint_sha256\":\"%s\",\"val_accuracy\":%.6g}",
+                       "\"bytes_down\":%lld,\"seconds\":%.6g,\"checkpoint_sha256\":\"%s\",\"val_accuracy\":%.6g,"
+                       "\"generalist_share\":%s}",
                        i ? "," : "", r[i].round, r[i].started_at, r[i].finished_at, r[i].selected, r[i].completed,
                        r[i].dropped, r[i].train_loss, r[i].test_loss, r[i].test_accuracy, (long long)r[i].bytes_up,
-                       (long long)r[i].bytes_down, r[i].seconds, r[i].checkpoint_sha256, r[i].val_accuracy);
+                       (long long)r[i].bytes_down, r[i].seconds, r[i].checkpoint_sha256, r[i].val_accuracy,
+                       share[0] ? share : "null");
             else
-                printf("%s,%d,%s,%s,%d,%d,%d,%.6g,%.6g,%.6g,%lld,%lld,%.6g,%s,%.6g\n", run.id, r[i].round,
+                printf("%s,%d,%s,%s,%d,%d,%d,%.6g,%.6g,%.6g,%lld,%lld,%.6g,%s,%.6g,%s\n", run.id, r[i].round,
                        r[i].started_at, r[i].finished_at, r[i].selected, r[i].completed, r[i].dropped, r[i].train_loss,
                        r[i].test_loss, r[i].test_accuracy, (long long)r[i].bytes_up, (long long)r[i].bytes_down,
-                       r[i].seconds, r[i].checkpoint_sha256, r[i].val_accuracy);
+                       r[i].seconds, r[i].checkpoint_sha256, r[i].val_accuracy, share);
         }
         if (json)
             printf("]}\n");

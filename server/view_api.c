@@ -94,6 +94,7 @@ static void round_json(FILE *f, const fm_round_row_t *r)
     knum(f, &first, "test_loss", r->test_loss);
     knum(f, &first, "test_accuracy", r->test_accuracy);
     knum(f, &first, "val_accuracy", r->val_accuracy);
+    knum(f, &first, "generalist_share", r->generalist_share);
     knum(f, &first, "bytes_up", (double)r->bytes_up);
     knum(f, &first, "bytes_down", (double)r->bytes_down);
     knum(f, &first, "seconds", r->seconds);

@@ -10,6 +10,7 @@
 #include <cmocka.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -167,6 +168,17 @@ static void test_endpoints(void **state)
         assert_true(v <= prev);
         prev = v;
     }
+    /* the round's generalist share: its clients' weighted by their test examples */
+    double gs = 0, gn = 0;
+    for (const char *p = strstr(b, "{\"round\":"); p; p = strstr(p + 1, "{\"round\":")) {
+        gs += num(p, "generalist_share") * num(p, "test_samples");
+        gn += num(p, "test_samples");
+    }
+    free(b);
+    snprintf(path, sizeof path, "/api/runs/%s/rounds?since=1&limit=1", run);
+    b = get(port, path, 200);
+    double share = num(b, "generalist_share");
+    assert_true(gn > 0 && share > 0.0 && share < 1.0 && fabs(share - gs / gn) < 1e-6);
     free(b);
     snprintf(path, sizeof path, "/api/runs/%s/rounds/2/clients?offset=2&limit=5", run);
     b = get(port, path, 200);

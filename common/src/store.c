@@ -3,6 +3,7 @@
 #include <openssl/evp.h>
 #include <sqlite3.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@ struct fm_store {
     sqlite3 *db;
     char path[1024];
     bool has_val; /* the validation columns exist (databases before them lack them) */
+    bool has_share; /* rounds.generalist_share exists (likewise) */
 };
 
 static const char *SCHEMA =
@@ -29,7 +31,7 @@ static const char *SCHEMA =
     " run_id TEXT NOT NULL, round INTEGER NOT NULL, started_at TEXT, finished_at TEXT,"
     " selected INTEGER, completed INTEGER, dropped INTEGER, train_loss REAL, test_loss REAL,"
     " test_accuracy REAL, bytes_up INTEGER, bytes_down INTEGER, seconds REAL, checkpoint_sha256 TEXT,"
-    " val_accuracy REAL, PRIMARY KEY (run_id, round));"
+    " val_accuracy REAL, generalist_share REAL, PRIMARY KEY (run_id, round));"
     "CREATE TABLE IF NOT EXISTS client_rounds ("
     " run_id TEXT NOT NULL, round INTEGER NOT NULL, client_id TEXT NOT NULL, status TEXT NOT NULL,"
     " train_loss REAL, val_loss REAL, test_loss REAL, test_accuracy REAL, generalist_share REAL,"
@@ -62,6 +64,7 @@ static const struct {
     {"rounds", "val_accuracy", "REAL"},
     {"client_rounds", "val_samples", "INTEGER"},
     {"client_rounds", "val_correct", "INTEGER"},
+    {"rounds", "generalist_share", "REAL"},
 };
 
 static int migrate(sqlite3 *db, char **err)
@@ -135,6 +138,7 @@ fm_status fm_store_open(fm_store_t **out, const char *path, bool readonly)
         return FM_ERR_FORMAT;
     }
     s->has_val = column_exists(s->db, "rounds", "val_accuracy") && column_exists(s->db, "client_rounds", "val_correct");
+    s->has_share = column_exists(s->db, "rounds", "generalist_share");
     *out = s;
     return FM_OK;
 }
@@ -238,7 +242,8 @@ fm_status fm_store_commit_round(fm_store_t *s, const char *run_id, const fm_roun
     const char *what = "log round";
     if (prepare(s, &st, "INSERT INTO rounds (run_id, round, started_at, finished_at, selected, completed, dropped,"
                         " train_loss, test_loss, test_accuracy, bytes_up, bytes_down, seconds, checkpoint_sha256,"
-                        " val_accuracy) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)") != FM_OK)
+                        " val_accuracy, generalist_share) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)") !=
+        FM_OK)
         goto rollback;
     sqlite3_bind_text(st, 1, run_id, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int(st, 2, r->round);
@@ -255,6 +260,7 @@ fm_status fm_store_commit_round(fm_store_t *s, const char *run_id, const fm_roun
     sqlite3_bind_double(st, 13, r->seconds);
     sqlite3_bind_text(st, 14, r->checkpoint_sha256, -1, SQLITE_TRANSIENT);
     sqlite3_bind_double(st, 15, r->val_accuracy);
+    sqlite3_bind_double(st, 16, r->generalist_share);
     if (sqlite3_step(st) != SQLITE_DONE)
         goto rollback;
     sqlite3_finalize(st);
@@ -442,6 +448,7 @@ static void read_round(sqlite3_stmt *st, void *p)
     r->seconds = sqlite3_column_double(st, 11);
     copy_text(r->checkpoint_sha256, sizeof r->checkpoint_sha256, st, 12);
     r->val_accuracy = sqlite3_column_double(st, 13);
+    r->generalist_share = sqlite3_column_type(st, 14) == SQLITE_NULL ? NAN : sqlite3_column_double(st, 14);
 }
 
 fm_status fm_store_list_rounds(fm_store_t *s, const char *run_id, fm_round_row_t **rows, int *n)
@@ -456,9 +463,9 @@ fm_status fm_store_list_rounds_since(fm_store_t *s, const char *run_id, int sinc
     char sql[512];
     snprintf(sql, sizeof sql,
              "SELECT round, started_at, finished_at, selected, completed, dropped, train_loss, test_loss,"
-             " test_accuracy, bytes_up, bytes_down, seconds, checkpoint_sha256, %s FROM rounds WHERE run_id = ?"
+             " test_accuracy, bytes_up, bytes_down, seconds, checkpoint_sha256, %s, %s FROM rounds WHERE run_id = ?"
              " AND round > ? ORDER BY round LIMIT ?",
-             s->has_val ? "val_accuracy" : "NULL");
+             s->has_val ? "val_accuracy" : "NULL", s->has_share ? "generalist_share" : "NULL");
     if (prepare(s, &st, sql) != FM_OK)
         return FM_ERR_IO;
     sqlite3_bind_text(st, 1, run_id, -1, SQLITE_TRANSIENT);

@@ -161,7 +161,7 @@ function draw(runs, pick) {
   const text = runs.every((x) => x.run.text);
   const many = runs.length > 1;
   const name = (x, what) => (many ? x.run.strategy + ' ' + x.run.id.slice(-4) + ' ' : '') + what;
-  const acc = [], loss = [], part = [], bytes = [], secs = [];
+  const acc = [], loss = [], part = [], bytes = [], secs = [], share = [];
   runs.forEach((x, i) => {
     const c = COLORS[(2 * i) % COLORS.length], c2 = COLORS[(2 * i + 1) % COLORS.length];
     const unit = x.run.text ? 1 / Math.LN2 : 1;
@@ -175,6 +175,7 @@ function draw(runs, pick) {
     loss.push({ name: name(x, 'train'), color: c, points: pts((r) => r.train_loss * unit) });
     loss.push({ name: name(x, 'test'), color: c2, points: pts((r) => r.test_loss * unit) });
     secs.push({ name: name(x, 'seconds'), color: c, points: pts((r) => r.seconds) });
+    share.push({ name: name(x, 'generalist share'), color: c, points: pts((r) => r.generalist_share) });
     if (i === 0) {
       part.push({ name: 'selected', color: '#1f77b4', points: pts((r) => r.selected) });
       part.push({ name: 'completed', color: '#2ca02c', points: pts((r) => r.completed) });
@@ -188,6 +189,8 @@ function draw(runs, pick) {
     chart(text ? 'test bits per byte (click a round for its clients)' : 'accuracy % (click a round for its clients)', acc,
       { onpick: pick, fmt: (v) => Number(v).toFixed(text ? 3 : 2) }),
     chart('loss' + u, loss, { onpick: pick }),
+    chart('generalist routing share (mean over the clients\' test examples)', share, { zero: true, onpick: pick,
+      fmt: (v) => Number(v).toFixed(3) }),
     chart('participation' + (runs.length > 1 ? ' (first run)' : ''), part, { zero: true, onpick: pick, fmt: (v) => Math.round(v) }),
     chart('traffic per round' + (runs.length > 1 ? ' (first run)' : ''), bytes, { zero: true, onpick: pick }),
     chart('seconds per round', secs, { zero: true, onpick: pick }),

@@ -40,6 +40,8 @@ typedef struct {
     int selected, completed, dropped;
     double train_loss, test_loss, test_accuracy;
     double val_accuracy;    /* total correct / total validation examples */
+    double generalist_share; /* the completed clients' routing share to generalists,
+                              * weighted by their test examples (NaN: not logged) */
     int64_t bytes_up, bytes_down;
     double seconds;
     char checkpoint_sha256[65];
