@@ -118,6 +118,41 @@ static void sim(const char *db, const char *strategy, int rounds, const char *ta
     free(out);
 }
 
+/* Bad parameters (400 naming them), unknown things (404), writes (405). */
+static void refusals(int port, const char *run)
+{
+    char path[512];
+    char *b;
+    const char *bad[][2] = {{"rounds?since=-1", "since"},          {"rounds?limit=0", "limit"},
+                            {"rounds?limit=100000", "limit"},      {"rounds?since=2x", "since"},
+                            {"rounds/2/clients?sort=zz", "sort"},  {"rounds/2/clients?order=up", "order"},
+                            {"rounds/2/clients?offset=-3", "offset"}, {"rounds/abc/clients", "round"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(path, sizeof path, "/api/runs/%s/%s", run, bad[i][0]);
+        b = get(port, path, 400);
+        assert_non_null(strstr(b, bad[i][1]));
+        free(b);
+    }
+    /* unknown things: 404 */
+    const char *missing[] = {"/api/runs/run-none", "/api/runs/RUN/rounds/9/clients", "/api/runs/RUN/clients/nobody",
+                             "/api/runs/RUN/teapot", "/etc/passwd", "/api/runs//rounds"};
+    for (size_t i = 0; i < sizeof missing / sizeof missing[0]; i++) {
+        char p[512];
+        const char *r = strstr(missing[i], "RUN");
+        if (r)
+            snprintf(p, sizeof p, "%.*s%s%s", (int)(r - missing[i]), missing[i], run, r + 3);
+        else
+            snprintf(p, sizeof p, "%s", missing[i]);
+        free(get(port, p, 404));
+    }
+    /* read-only */
+    int status;
+    free(http(port, "POST", "/api/runs", &status));
+    assert_int_equal(status, 405);
+    free(http(port, "DELETE", path, &status));
+    assert_int_equal(status, 405);
+}
+
 static void test_endpoints(void **state)
 {
     (void)state;
@@ -190,35 +225,7 @@ static void test_endpoints(void **state)
     b = get(port, path, 200);
     assert_int_equal(count(b, "\"status\":\"completed\""), 3);
     free(b);
-    /* bad parameters: 400 naming them */
-    const char *bad[][2] = {{"rounds?since=-1", "since"},          {"rounds?limit=0", "limit"},
-                            {"rounds?limit=100000", "limit"},      {"rounds?since=2x", "since"},
-                            {"rounds/2/clients?sort=zz", "sort"},  {"rounds/2/clients?order=up", "order"},
-                            {"rounds/2/clients?offset=-3", "offset"}, {"rounds/abc/clients", "round"}};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        snprintf(path, sizeof path, "/api/runs/%s/%s", run, bad[i][0]);
-        b = get(port, path, 400);
-        assert_non_null(strstr(b, bad[i][1]));
-        free(b);
-    }
-    /* unknown things: 404 */
-    const char *missing[] = {"/api/runs/run-none", "/api/runs/RUN/rounds/9/clients", "/api/runs/RUN/clients/nobody",
-                             "/api/runs/RUN/teapot", "/etc/passwd", "/api/runs//rounds"};
-    for (size_t i = 0; i < sizeof missing / sizeof missing[0]; i++) {
-        char p[512];
-        const char *r = strstr(missing[i], "RUN");
-        if (r)
-            snprintf(p, sizeof p, "%.*s%s%s", (int)(r - missing[i]), missing[i], run, r + 3);
-        else
-            snprintf(p, sizeof p, "%s", missing[i]);
-        free(get(port, p, 404));
-    }
-    /* read-only */
-    int status;
-    free(http(port, "POST", "/api/runs", &status));
-    assert_int_equal(status, 405);
-    free(http(port, "DELETE", path, &status));
-    assert_int_equal(status, 405);
+    refusals(port, run);
     stop(srv);
 }
 
