@@ -40,11 +40,19 @@ def free_port():
 def wait_for(what, cond, timeout=60.0, every=0.2):
     end = time.time() + timeout
     while time.time() < end:
-        v = cond()
+        try:
+            v = cond()
+        except OSError:  # (not listening yet)
+            v = None
         if v:
             return v
         time.sleep(every)
     raise AssertionError("timed out waiting for " + what)
+
+
+def listening(port):
+    socket.create_connection(("127.0.0.1", port), 1).close()
+    return True
 
 
 def committed(db):
@@ -130,7 +138,7 @@ def main():
             sqlite3.connect(db).execute("SELECT id FROM runs ORDER BY started_at, rowid").fetchall()))
         second = runs[1][0]
         wait_for("a committed round", lambda: committed(db) >= 4)
-        wait_for("chromedriver", lambda: socket.create_connection(("127.0.0.1", dport), 1), timeout=30)
+        wait_for("chromedriver", lambda: listening(dport), timeout=30)
         driver = Driver(dport)
         base = "http://127.0.0.1:%d/" % port
 

@@ -196,6 +196,8 @@ function draw(runs, pick) {
     chart('seconds per round', secs, { zero: true, onpick: pick }),
   ];
   box.replaceChildren(...charts);
+  // (when the first charts were drawn, in ms since the navigation: bench/view_page_load.py)
+  if (!window.fedmoeDrawn && runs.some((x) => x.rounds.length)) window.fedmoeDrawn = performance.now();
 }
 
 // ---- a round's clients, a client's curve -----------------------------------------------
