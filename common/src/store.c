@@ -503,12 +503,15 @@ static fm_status client_rounds(fm_store_t *s, const char *run_id, int round, con
 {
     sqlite3_stmt *st;
     char sql[640];
+    /* (the conditions written only when they apply: an OR of "no round" and
+     * "this round", or a range beside the round, kept SQLite from the
+     * primary key: a scan of the run's log) */
     snprintf(sql, sizeof sql,
              "SELECT round, client_id, status, train_loss, val_loss, test_loss, test_accuracy, generalist_share,"
              " train_samples, test_samples, test_correct, seconds, bytes_up, bytes_down, %s FROM client_rounds"
-             " WHERE run_id = ?1 AND (?2 < 0 OR round = ?2) AND (?3 IS NULL OR client_id = ?3) AND round > ?4"
-             " ORDER BY round, client_id LIMIT ?5",
-             s->has_val ? "val_samples, val_correct" : "NULL, NULL");
+             " WHERE run_id = ?1%s%s ORDER BY round, client_id LIMIT ?5",
+             s->has_val ? "val_samples, val_correct" : "NULL, NULL", round >= 0 ? " AND round = ?2" : " AND round > ?4",
+             client ? " AND client_id = ?3" : "");
     if (prepare(s, &st, sql) != FM_OK)
         return FM_ERR_IO;
     sqlite3_bind_text(st, 1, run_id, -1, SQLITE_TRANSIENT);
