@@ -35,13 +35,17 @@ static void usage(FILE *f)
             "                                or the next one to start); exit 0 when it finished\n"
             "  check                         SQLite's integrity check of the database: ok, or its\n"
             "                                first problems (exit 1)\n"
-            "  serve [--listen HOST:PORT]    the round log as a read-only JSON API over HTTP\n"
-            "                                (docs/http.md), on loopback only (default\n"
-            "                                127.0.0.1:8080), while the coordinator writes; until\n"
-            "                                SIGINT or SIGTERM\n"
+            "  serve [--listen HOST:PORT]    the round log in a browser page and a read-only JSON\n"
+            "                                API over HTTP (docs/http.md) while the coordinator\n"
+            "                                writes; loopback only (default 127.0.0.1:8080) unless\n"
+            "                                --token-file; until SIGINT or SIGTERM\n"
             "options:\n"
             "  --db PATH                     the database (default fedmoe.db)\n"
-            "  --listen HOST:PORT            serve: where (127.0.0.1, ::1 or localhost)\n"
+            "  --listen HOST:PORT            serve: where (127.0.0.1, ::1 or localhost; with\n"
+            "                                --token-file any IPv4 address, 0.0.0.0 for all)\n"
+            "  --token-file FILE             serve: the API answers only requests carrying the\n"
+            "                                token of FILE (mode 600): Authorization: Bearer, or\n"
+            "                                ?token= (open the page as http://HOST:PORT/?token=...)\n"
             "  --resume-wait S               follow: a run stopped before its end (its coordinator\n"
             "                                restarting) is waited for S seconds to resume (default 0)\n"
             "  -h, --help                    this text\n");
@@ -81,11 +85,11 @@ static int cmd_follow(const char *db, const char *run, double resume_wait)
 
 static int fail(void);
 
-static int cmd_serve(const char *db, const char *listen)
+static int cmd_serve(const char *db, const char *listen, const char *token_file)
 {
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
-    return fm_view_serve(db, listen, &interrupted) == FM_OK ? 0 : fail();
+    return fm_view_serve(db, listen, token_file, &interrupted) == FM_OK ? 0 : fail();
 }
 
 static int fail(void)
@@ -435,7 +439,8 @@ static int cmd_plot(fm_store_t *st, const char *out, char **runs, int nruns)
 
 /* Reads options up to the next argument; returns an exit status to stop with, or -1. */
 static int parse_options(int argc, char **argv, const struct option *opts, const char **db, const char **format,
-                         const char **table, const char **out, const char **listen, double *resume_wait)
+                         const char **table, const char **out, const char **listen, const char **token_file,
+                         double *resume_wait)
 {
     int c;
     while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
@@ -445,6 +450,7 @@ static int parse_options(int argc, char **argv, const struct option *opts, const
         case 't': *table = optarg; break;
         case 'o': *out = optarg; break;
         case 'l': *listen = optarg; break;
+        case 'k': *token_file = optarg; break;
         case 'w': {
             char *end;
             *resume_wait = strtod(optarg, &end);
@@ -467,11 +473,13 @@ int main(int argc, char **argv)
                                          {"table", required_argument, 0, 't'},  {"out", required_argument, 0, 'o'},
                                          {"resume-wait", required_argument, 0, 'w'},
                                          {"listen", required_argument, 0, 'l'},
+                                         {"token-file", required_argument, 0, 'k'},
                                          {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
-    const char *db = "fedmoe.db", *format = "csv", *table = "rounds", *out = NULL, *listen = "127.0.0.1:8080";
+    const char *db = "fedmoe.db", *format = "csv", *table = "rounds", *out = NULL, *listen = "127.0.0.1:8080",
+               *token_file = NULL;
     double resume_wait = 0.0;
     opterr = 0;
-    int rc = parse_options(argc, argv, opts, &db, &format, &table, &out, &listen, &resume_wait);
+    int rc = parse_options(argc, argv, opts, &db, &format, &table, &out, &listen, &token_file, &resume_wait);
     if (rc >= 0)
         return rc;
     if (optind >= argc) {
@@ -480,7 +488,7 @@ int main(int argc, char **argv)
     }
     const char *cmd = argv[optind++];
     /* options may also follow the command */
-    if ((rc = parse_options(argc, argv, opts, &db, &format, &table, &out, &listen, &resume_wait)) >= 0)
+    if ((rc = parse_options(argc, argv, opts, &db, &format, &table, &out, &listen, &token_file, &resume_wait)) >= 0)
         return rc;
     char **rest = argv + optind;
     int nrest = argc - optind;
@@ -521,7 +529,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "follow"))
         return cmd_follow(db, nrest ? rest[0] : NULL, resume_wait);
     if (!strcmp(cmd, "serve"))
-        return cmd_serve(db, listen);
+        return cmd_serve(db, listen, token_file);
     fm_store_t *st = NULL;
     if (fm_store_open(&st, db, true) != FM_OK)
         return fail();

@@ -6,6 +6,8 @@
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <openssl/crypto.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +21,26 @@
 
 #define MAX_CONNECTIONS 64
 #define CONNECTION_TIMEOUT_S 10
+#define TOKEN_MIN 16
+#define TOKEN_MAX 256
+
+/* What the request handler serves from. */
+typedef struct {
+    fm_store_t *store;
+    char token[TOKEN_MAX + 1]; /* "" : none needed (loopback) */
+} server_t;
+
+/* Whether request c carries the token (in constant time). */
+static bool token_ok(const server_t *sv, struct MHD_Connection *c)
+{
+    if (!sv->token[0])
+        return true;
+    const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    const char *given = auth && strncmp(auth, "Bearer ", 7) == 0 ? auth + 7
+                                                                 : MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "token");
+    size_t n = strlen(sv->token);
+    return given && strlen(given) == n && CRYPTO_memcmp(given, sv->token, n) == 0;
+}
 
 static const char *query_arg(void *ctx, const char *name)
 {
@@ -74,15 +96,21 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *c, const char *u
                 return ok;
             }
     }
+    const server_t *sv = cls;
+    if (!token_ok(sv, c)) {
+        static const char msg[] = "{\"error\":\"this view needs its token: Authorization: Bearer TOKEN, or ?token=TOKEN\"}";
+        return reply(c, MHD_HTTP_UNAUTHORIZED, strdup(msg), sizeof msg - 1, "application/json");
+    }
     fm_view_reply_t r;
-    fm_view_api(cls, url, query_arg, c, &r);
+    fm_view_api(sv->store, url, query_arg, c, &r);
     if (!r.body)
         return MHD_NO;
     return reply(c, r.status, r.body, r.len, "application/json");
 }
 
-/* listen "HOST:PORT" into a loopback socket address. */
-static fm_status loopback_address(const char *listen, struct sockaddr_storage *sa)
+/* listen "HOST:PORT" into a socket address: loopback, or with any_host any
+ * IPv4 address (0.0.0.0: all). */
+static fm_status listen_address(const char *listen, bool any_host, struct sockaddr_storage *sa)
 {
     memset(sa, 0, sizeof *sa);
     const char *colon = strrchr(listen, ':');
@@ -109,19 +137,61 @@ static fm_status loopback_address(const char *listen, struct sockaddr_storage *s
         v6->sin6_family = AF_INET6;
         v6->sin6_port = htons((uint16_t)port);
         v6->sin6_addr = in6addr_loopback;
+    } else if (any_host && inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
+        v4->sin_family = AF_INET;
+        v4->sin_port = htons((uint16_t)port);
     } else {
-        fm_error_set("--listen '%s': the view serves loopback only (127.0.0.1, ::1 or localhost); reach it from "
-                     "elsewhere through an SSH tunnel",
-                     listen);
+        fm_error_set("--listen '%s': %s", listen,
+                     any_host ? "expected an IPv4 address, ::1 or localhost"
+                              : "without --token-file the view serves loopback only (127.0.0.1, ::1 or "
+                                "localhost); give --token-file, or reach it through an SSH tunnel");
         return FM_ERR_ARG;
     }
     return FM_OK;
 }
 
-fm_status fm_view_serve(const char *db, const char *listen, volatile sig_atomic_t *stop)
+/* The token of file (its first line) into out: at least TOKEN_MIN printable
+ * characters, the file readable by its owner alone. */
+static fm_status read_token(const char *file, char *out)
+{
+    struct stat sb;
+    FILE *f = fopen(file, "r");
+    if (!f || fstat(fileno(f), &sb) != 0) {
+        fm_error_set("--token-file %s: cannot read it", file);
+        if (f)
+            fclose(f);
+        return FM_ERR_IO;
+    }
+    char line[TOKEN_MAX + 2] = "";
+    bool got = fgets(line, sizeof line, f) != NULL;
+    fclose(f);
+    line[strcspn(line, "\r\n")] = 0;
+    size_t n = strlen(line);
+    bool printable = true;
+    for (size_t i = 0; i < n; i++)
+        printable &= line[i] > ' ' && line[i] < 0x7f;
+    if (sb.st_mode & 077) {
+        fm_error_set("--token-file %s: readable by others (chmod 600 it)", file);
+        return FM_ERR_ARG;
+    }
+    if (!got || n < TOKEN_MIN || n > TOKEN_MAX || !printable) {
+        fm_error_set("--token-file %s: its first line must be a token of %d to %d printable characters without "
+                     "spaces (e.g. openssl rand -hex 24)",
+                     file, TOKEN_MIN, TOKEN_MAX);
+        return FM_ERR_ARG;
+    }
+    memcpy(out, line, n + 1);
+    return FM_OK;
+}
+
+fm_status fm_view_serve(const char *db, const char *listen, const char *token_file, volatile sig_atomic_t *stop)
 {
     struct sockaddr_storage sa;
-    fm_status st = loopback_address(listen, &sa);
+    static server_t sv; /* (the handler's, while the daemon runs) */
+    memset(&sv, 0, sizeof sv);
+    fm_status st = listen_address(listen, token_file != NULL, &sa);
+    if (st == FM_OK && token_file)
+        st = read_token(token_file, sv.token);
     if (st != FM_OK)
         return st;
     struct stat sb;
@@ -129,23 +199,23 @@ fm_status fm_view_serve(const char *db, const char *listen, volatile sig_atomic_
         fm_error_set("%s: no such database (fedmoe-server --db writes one)", db);
         return FM_ERR_IO;
     }
-    fm_store_t *store = NULL;
-    if ((st = fm_store_open(&store, db, true)) != FM_OK)
+    if ((st = fm_store_open(&sv.store, db, true)) != FM_OK)
         return st;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | (sa.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
-    struct MHD_Daemon *d = MHD_start_daemon(flags, 0, NULL, NULL, answer, store, MHD_OPTION_SOCK_ADDR, &sa,
+    struct MHD_Daemon *d = MHD_start_daemon(flags, 0, NULL, NULL, answer, &sv, MHD_OPTION_SOCK_ADDR, &sa,
                                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)MAX_CONNECTIONS,
                                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONNECTION_TIMEOUT_S,
                                             MHD_OPTION_END);
     if (!d) {
         fm_error_set("--listen %s: cannot serve there (the port taken?)", listen);
-        fm_store_close(&store);
+        fm_store_close(&sv.store);
         return FM_ERR_IO;
     }
-    fm_info("serving %s on http://%s/ (read-only: the page, and its JSON API under /api/runs)", db, listen);
+    fm_info("serving %s on http://%s/ (read-only: the page, and its JSON API under /api/runs%s)", db, listen,
+            sv.token[0] ? "; the API needs the token" : "");
     while (!*stop)
         pause();
     MHD_stop_daemon(d);
-    fm_store_close(&store);
+    fm_store_close(&sv.store);
     return FM_OK;
 }

@@ -7,9 +7,13 @@
 
 #include "fedmoe/status.h"
 
-/* Serves db's round log on listen ("HOST:PORT"; a loopback address: 127.0.0.1,
- * ::1 or localhost) until *stop is set. FM_ERR_ARG / FM_ERR_IO with one line
- * when the address is not loopback or taken, or the database is missing. */
-fm_status fm_view_serve(const char *db, const char *listen, volatile sig_atomic_t *stop);
+/* Serves db's round log on listen ("HOST:PORT") until *stop is set. Without
+ * token_file (NULL) only a loopback address (127.0.0.1, ::1, localhost); with
+ * it any IPv4 address, and every /api/ request must carry its token
+ * ("Authorization: Bearer TOKEN", or ?token=TOKEN), else 401. FM_ERR_ARG /
+ * FM_ERR_IO with one line when the address is refused or taken, the token
+ * file unfit (missing, shorter than 16 characters, readable by others) or the
+ * database missing. */
+fm_status fm_view_serve(const char *db, const char *listen, const char *token_file, volatile sig_atomic_t *stop);
 
 #endif

@@ -3,7 +3,9 @@
  * sorting, a run still being written (rounds appear through ?since= while the
  * coordinator commits them), bad parameters (400s naming the parameter),
  * unknown runs, rounds, clients and paths (404s), writes refused (405), a
- * missing database and a non-loopback address refused at start in one line. */
+ * token required beyond loopback (401 without it), a missing database, a
+ * non-loopback address without a token and an unfit token file refused at
+ * start in one line. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,11 +18,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "procs.h"
 
 static char dir[256];
+static const char *auth; /* a header line every request carries, or NULL */
 
 /* GET (or another method) path from 127.0.0.1:port: the body (malloc'd;
  * NULL when nothing answers) and the status (0 when nothing answers) */
@@ -36,7 +40,8 @@ static char *http(int port, const char *method, const char *path, int *status)
         return NULL;
     }
     char req[1024];
-    int n = snprintf(req, sizeof req, "%s %s HTTP/1.0\r\nHost: localhost\r\n\r\n", method, path);
+    int n = snprintf(req, sizeof req, "%s %s HTTP/1.0\r\nHost: localhost\r\n%s%s\r\n", method, path,
+                     auth ? auth : "", auth ? "\r\n" : "");
     assert_int_equal(write(s, req, (size_t)n), n);
     size_t len = 0, cap = 1 << 16;
     char *buf = malloc(cap);
@@ -83,12 +88,14 @@ static double num(const char *from, const char *key)
     return strtod(p + strlen(k), NULL);
 }
 
-static pid_t serve(const char *db, int port)
+/* fedmoe-history serve of db on port (on all addresses with token_file) */
+static pid_t serve_with(const char *db, int port, const char *token_file)
 {
     char listen[64], log[512];
-    snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+    snprintf(listen, sizeof listen, "%s:%d", token_file ? "0.0.0.0" : "127.0.0.1", port);
     snprintf(log, sizeof log, "%s/serve-%d.log", dir, port);
-    char *argv[] = {BIN("server/fedmoe-history"), "--db", (char *)db, "serve", "--listen", listen, NULL};
+    char *argv[] = {BIN("server/fedmoe-history"), "--db", (char *)db, "serve", "--listen", listen,
+                    token_file ? "--token-file" : NULL, (char *)token_file, NULL};
     pid_t pid = procs_spawn(argv, log);
     for (int i = 0; i < 100; i++) {
         int status;
@@ -100,6 +107,8 @@ static pid_t serve(const char *db, int port)
     }
     return pid;
 }
+
+static pid_t serve(const char *db, int port) { return serve_with(db, port, NULL); }
 
 static void stop(pid_t pid)
 {
@@ -268,6 +277,52 @@ static void test_live_run(void **state)
     stop(srv);
 }
 
+/* Beyond loopback only with a token: the API answers only requests that carry it. */
+static void test_token(void **state)
+{
+    (void)state;
+    char db[512], tok[512], cmd[1200], *out;
+    snprintf(db, sizeof db, "%s/view.db", dir);
+    snprintf(tok, sizeof tok, "%s/token", dir);
+    const char *token = "0123456789abcdef0123456789abcdef";
+    FILE *f = fopen(tok, "w");
+    assert_non_null(f);
+    fprintf(f, "%s\n", token);
+    fclose(f);
+    /* a token file others can read is refused */
+    assert_int_equal(chmod(tok, 0644), 0);
+    snprintf(cmd, sizeof cmd, "%s --db %s serve --listen 0.0.0.0:%d --token-file %s 2>&1",
+             BIN("server/fedmoe-history"), db, procs_free_port(), tok);
+    assert_int_not_equal(procs_capture(cmd, &out), 0);
+    assert_non_null(strstr(out, "readable by others"));
+    assert_int_equal(procs_count_lines(out), 1);
+    free(out);
+    assert_int_equal(chmod(tok, 0600), 0);
+    int port = procs_free_port();
+    pid_t srv = serve_with(db, port, tok);
+    int status;
+    char *b = http(port, "GET", "/api/runs", &status);
+    assert_int_equal(status, 401);
+    assert_non_null(strstr(b, "token"));
+    free(b);
+    char path[256];
+    snprintf(path, sizeof path, "/api/runs?token=%s", token);
+    free(get(port, path, 200));
+    snprintf(path, sizeof path, "/api/runs?token=%.31s", token); /* (one character short) */
+    free(get(port, path, 401));
+    free(get(port, "/", 200)); /* (the page itself holds no data) */
+    char header[128];
+    snprintf(header, sizeof header, "Authorization: Bearer %s", token);
+    auth = header;
+    b = get(port, "/api/runs", 200);
+    assert_non_null(strstr(b, "\"runs\":["));
+    free(b);
+    auth = "Authorization: Bearer 0123456789abcdef0123456789abcdeX";
+    free(get(port, "/api/runs", 401));
+    auth = NULL;
+    stop(srv);
+}
+
 static void test_refused_at_start(void **state)
 {
     (void)state;
@@ -295,6 +350,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_endpoints),
         cmocka_unit_test(test_live_run),
+        cmocka_unit_test(test_token),
         cmocka_unit_test(test_refused_at_start),
     };
     return procs_run_tests("view", tests, sizeof tests / sizeof tests[0], dir, sizeof dir);

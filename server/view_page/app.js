@@ -14,8 +14,11 @@ const esc = (s) => String(s).replace(/[&<>"']/g, (c) => '&#' + c.charCodeAt(0) +
 const pct = (v) => (v == null ? '-' : (100 * v).toFixed(2) + '%');
 const fix = (v, d) => (v == null ? '-' : Number(v).toFixed(d));
 
+// the view's token, when it needs one: opened as http://HOST:PORT/?token=...
+const TOKEN = new URLSearchParams(location.search).get('token');
+
 async function api(path) {
-  const r = await fetch(path, { cache: 'no-store' });
+  const r = await fetch(path, { cache: 'no-store', headers: TOKEN ? { Authorization: 'Bearer ' + TOKEN } : {} });
   const body = await r.json();
   if (!r.ok) throw new Error(body.error || r.status);
   return body;
