@@ -17,11 +17,8 @@ shift $(( $# > 2 ? 2 : $# )) || true
 settings=${SETTINGS:-dirichlet-0.1 pathological-2}
 strategies=${STRATEGIES:-local fedavg comigs pfedmoap full}
 mkdir -p "$out"
-# Where and with what the numbers were made: runs are bit-repeatable on one machine
-# kind, so the commit and the CPU are part of a result.
-{ echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- 2>/dev/null || echo ' (with uncommitted changes)')"
-  awk -F': *' -v n="$(nproc)" '/^model name/ {m = $2} /^cpu family/ {f = $2} /^model[[:space:]]*:/ {d = $2}
-      /^$/ {exit} END {printf "cpu %s, family %s model %s, %s cores\n", m, f, d, n}' /proc/cpuinfo
+# Where and with what the numbers were made (bench/machine.sh).
+{ bench/machine.sh
   echo "started $(date -u '+%Y-%m-%d %H:%M UTC'), flags: $*"
 } > "$out/machine.txt"
 db="$out/accuracy.db"

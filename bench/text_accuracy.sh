@@ -23,9 +23,7 @@ build=${BUILD:-build}
 sim=$build/client/fedmoe-sim
 hist=$build/server/fedmoe-history
 mkdir -p "$out"
-{ echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- 2>/dev/null || echo ' (with uncommitted changes)')"
-  awk -F': *' -v n="$(nproc)" '/^model name/ {m = $2} /^cpu family/ {f = $2} /^model[[:space:]]*:/ {d = $2}
-      /^$/ {exit} END {printf "cpu %s, family %s model %s, %s cores\n", m, f, d, n}' /proc/cpuinfo
+{ bench/machine.sh
   echo "started $(date -u '+%Y-%m-%d %H:%M UTC'), $clients clients, $rounds rounds, flags: $*"
 } > "$out/machine.txt"
 db="$out/text.db"

@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 rounds=${1:-1000} clients=${2:-1000} out=${3:-bench-view}
 build=${BUILD:-build}
 mkdir -p "$out"
+bench/machine.sh > "$out/machine.txt"
 db="$out/view-${rounds}x${clients}.db"
 if [[ ! -f $db ]]; then
   start=$(date +%s.%N)
