@@ -27,7 +27,7 @@ mkdir -p "$out"
   echo "started $(date -u '+%Y-%m-%d %H:%M UTC'), $clients clients, $rounds rounds, flags: $*"
 } > "$out/machine.txt"
 db="$out/text.db"
-ids=()
+ids=() names=()
 for strategy in $strategies; do
   own=FLAGS_$strategy
   echo "== text, $strategy, $rounds rounds ($* ${!own:-}) $(date -u +%H:%M)" >&2
@@ -38,6 +38,7 @@ for strategy in $strategies; do
        --seed 1 --db "$db" --workdir "$out/work-$strategy" "$@" ${!own:-} > "$out/sim-$strategy.txt"
   echo "   $(( $(date +%s) - start )) s" >&2
   ids+=("$(grep -m1 '^run ' "$out/sim-$strategy.txt" | awk '{print $2}')")
+  names+=("$strategy")
 done
 $hist --db "$db" plot --out "$out/text.svg" "${ids[@]}" >&2
 
@@ -60,14 +61,16 @@ last_rows() {
       }
     }' | sort
 }
-strategy_of() { echo $strategies | cut -d' ' -f$(($1 + 1)); }
+for i in "${!ids[@]}"; do  # (read once: the summary and the table below use them)
+  last_rows "${names[$i]}" "${ids[$i]}" > "$out/last-${names[$i]}.txt"
+done
 {
   printf "%-8s %-26s %7s %12s %12s %12s\n" strategy run rounds "test bpb" "mean client" "val bpb"
   for i in "${!ids[@]}"; do
-    s=$(strategy_of "$i")
-    last_rows "$s" "${ids[$i]}" | awk -v s="$s" -v id="${ids[$i]}" -v r="$rounds" '
+    s=${names[$i]}
+    awk -v s="$s" -v id="${ids[$i]}" -v r="$rounds" '
       { tb += $2 * $5; b += $5; mc += $2; v += $3; n++ }
-      END { printf "%-8s %-26s %7d %12.4f %12.4f %12.4f\n", s, id, r, tb / b, mc / n, v / n }'
+      END { printf "%-8s %-26s %7d %12.4f %12.4f %12.4f\n", s, id, r, tb / b, mc / n, v / n }' "$out/last-$s.txt"
   done
 } | tee "$out/summary.txt"
 # by language (a language with several clients: their byte-weighted mean)
@@ -76,7 +79,7 @@ strategy_of() { echo $strategies | cut -d' ' -f$(($1 + 1)); }
   for s in $strategies; do printf " %9s" "$s"; done
   for s in $strategies; do printf " %10s" "gen:$s"; done
   echo
-  for i in "${!ids[@]}"; do last_rows "$(strategy_of "$i")" "${ids[$i]}" | sed "s/^/$i /"; done | awk -v k="${#ids[@]}" '
+  for i in "${!ids[@]}"; do sed "s/^/$i /" "$out/last-${names[$i]}.txt"; done | awk -v k="${#ids[@]}" '
     { l = $2; if (!(l in seen)) { seen[l] = 1; order[++nl] = l }
       t[l, $1] += $3 * $6; g[l, $1] += $5 * $6; b[l, $1] += $6 }
     END {

@@ -12,6 +12,7 @@
 #include "fedmoe/log.h"
 #include "fedmoe/report.h"
 #include "fedmoe/store.h"
+#include "view_api.h"
 #include "view_http.h"
 
 static void usage(FILE *f)
@@ -216,20 +217,6 @@ static int cmd_clients(fm_store_t *st, int round, const char *arg)
     return 0;
 }
 
-static void json_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\')
-            fprintf(f, "\\%c", *s);
-        else if ((unsigned char)*s < 0x20)
-            fprintf(f, "\\u%04x", *s);
-        else
-            fputc(*s, f);
-    }
-    fputc('"', f);
-}
-
 static int cmd_export(fm_store_t *st, bool json, bool clients, const char *arg)
 {
     fm_run_row_t run;
@@ -245,11 +232,11 @@ static int cmd_export(fm_store_t *st, bool json, bool clients, const char *arg)
         }
         if (json) {
             printf("{\"run\":");
-            json_str(stdout, run.id);
+            fm_view_json_str(stdout, run.id);
             printf(",\"strategy\":");
-            json_str(stdout, run.strategy);
+            fm_view_json_str(stdout, run.strategy);
             printf(",\"status\":");
-            json_str(stdout, run.status);
+            fm_view_json_str(stdout, run.status);
             printf(",\"config\":%s,\"rounds\":[", run.config);
         } else {
             printf("run,round,started_at,finished_at,selected,completed,dropped,train_loss,test_loss,test_accuracy,"
@@ -292,9 +279,9 @@ static int cmd_export(fm_store_t *st, bool json, bool clients, const char *arg)
         for (int i = 0; i < n; i++) {
             if (json) {
                 printf("%s{\"run\":", i ? "," : "");
-                json_str(stdout, run.id);
+                fm_view_json_str(stdout, run.id);
                 printf(",\"round\":%d,\"client\":", c[i].round);
-                json_str(stdout, c[i].client_id);
+                fm_view_json_str(stdout, c[i].client_id);
                 printf(",\"status\":\"%s\",\"train_loss\":%.6g,\"val_loss\":%.6g,\"test_loss\":%.6g,"
                        "\"test_accuracy\":%.6g,\"generalist_share\":%.6g,\"train_samples\":%lld,\"test_samples\":%lld,"
                        "\"test_correct\":%lld,\"seconds\":%.6g,\"bytes_up\":%lld,\"bytes_down\":%lld,"

@@ -14,7 +14,9 @@
 
 /* ---- JSON ------------------------------------------------------------------------ */
 
-static void jstr(FILE *f, const char *s)
+#define jstr fm_view_json_str
+
+void fm_view_json_str(FILE *f, const char *s)
 {
     fputc('"', f);
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
@@ -159,6 +161,19 @@ static bool int_arg(answer_t *a, fm_view_arg_fn arg, void *ctx, const char *name
     return true;
 }
 
+/* The run's last committed round into *out; false when it has none. */
+static bool last_round(fm_store_t *st, const fm_run_row_t *run, fm_round_row_t *out)
+{
+    fm_round_row_t *r = NULL;
+    int n = 0;
+    /* (rounds_done is the count of committed rounds, numbered from 1) */
+    bool got = fm_store_list_rounds_since(st, run->id, run->rounds_done - 1, 1, &r, &n) == FM_OK && n == 1;
+    if (got)
+        *out = r[0];
+    free(r);
+    return got;
+}
+
 static void runs(answer_t *a, fm_store_t *st)
 {
     fm_run_row_t *r;
@@ -169,14 +184,9 @@ static void runs(answer_t *a, fm_store_t *st)
     }
     fputs("{\"runs\":[", a->f);
     for (int i = 0; i < n; i++) {
-        fm_round_row_t *last = NULL;
-        int nl = 0;
-        /* (the last committed round: rounds_done is the count) */
-        if (fm_store_list_rounds_since(st, r[i].id, r[i].rounds_done - 1, 1, &last, &nl) != FM_OK)
-            nl = 0;
+        fm_round_row_t last;
         fputs(i ? "," : "", a->f);
-        run_json(a->f, &r[i], nl ? last : NULL);
-        free(last);
+        run_json(a->f, &r[i], last_round(st, &r[i], &last) ? &last : NULL);
         fm_store_run_clear(&r[i]);
     }
     free(r);
@@ -201,50 +211,76 @@ static bool find_run(answer_t *a, fm_store_t *st, const char *id, fm_run_row_t *
 
 static void run_detail(answer_t *a, fm_store_t *st, const fm_run_row_t *run)
 {
-    fm_round_row_t *last = NULL;
-    int nl = 0;
-    if (fm_store_list_rounds_since(st, run->id, run->rounds_done - 1, 1, &last, &nl) != FM_OK)
-        nl = 0;
+    fm_round_row_t last;
     fputs("{\"run\":", a->f);
-    run_json(a->f, run, nl ? last : NULL);
+    run_json(a->f, run, last_round(st, run, &last) ? &last : NULL);
     /* (the config is the coordinator's own JSON object) */
     fprintf(a->f, ",\"config\":%s}", run->config && run->config[0] == '{' ? run->config : "null");
-    free(last);
+}
+
+/* A page of rounds: ?since=R (0) and ?limit=N (1..FM_VIEW_ROUNDS_LIMIT); false
+ * (a 400 answered) when either is bad. The store is asked for limit + 1 rows:
+ * whether more follow. */
+typedef struct {
+    long since, limit;
+} page_t;
+
+static bool page_args(answer_t *a, fm_view_arg_fn arg, void *ctx, page_t *p)
+{
+    return int_arg(a, arg, ctx, "since", 0, 1 << 30, 0, &p->since) &&
+           int_arg(a, arg, ctx, "limit", 1, FM_VIEW_ROUNDS_LIMIT, FM_VIEW_ROUNDS_LIMIT, &p->limit);
+}
+
+/* Of n rows fetched (limit + 1 asked), those to show. */
+static int page_rows(const page_t *p, int n)
+{
+    return n > p->limit ? (int)p->limit : n;
+}
+
+/* The page's end after its rows, the last shown one of round last_round:
+ * "],"next_since":R,"more":B}". */
+static void page_end(answer_t *a, const page_t *p, int fetched, int last_round)
+{
+    int shown = page_rows(p, fetched);
+    fprintf(a->f, "],\"next_since\":%d,\"more\":%s}", shown ? last_round : (int)p->since,
+            fetched > p->limit ? "true" : "false");
 }
 
 static void rounds(answer_t *a, fm_store_t *st, const fm_run_row_t *run, fm_view_arg_fn arg, void *ctx)
 {
-    long since, limit;
-    if (!int_arg(a, arg, ctx, "since", 0, 1 << 30, 0, &since) ||
-        !int_arg(a, arg, ctx, "limit", 1, FM_VIEW_ROUNDS_LIMIT, FM_VIEW_ROUNDS_LIMIT, &limit))
+    page_t p;
+    if (!page_args(a, arg, ctx, &p))
         return;
     fm_round_row_t *r;
     int n;
-    /* one more than asked: whether more follow */
-    if (fm_store_list_rounds_since(st, run->id, (int)since, (int)limit + 1, &r, &n) != FM_OK) {
+    if (fm_store_list_rounds_since(st, run->id, (int)p.since, (int)p.limit + 1, &r, &n) != FM_OK) {
         error(a, 500, fm_error_last());
         return;
     }
-    bool more = n > limit;
-    n = more ? (int)limit : n;
+    int shown = page_rows(&p, n);
     fprintf(a->f, "{\"run\":");
     jstr(a->f, run->id);
     fprintf(a->f, ",\"status\":");
     jstr(a->f, run->status);
     fputs(",\"rounds\":[", a->f);
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < shown; i++) {
         fputs(i ? "," : "", a->f);
         round_json(a->f, &r[i]);
     }
-    fprintf(a->f, "],\"next_since\":%d,\"more\":%s}", n ? r[n - 1].round : (int)since, more ? "true" : "false");
+    page_end(a, &p, n, shown ? r[shown - 1].round : 0);
     free(r);
 }
 
-/* The client columns a round's table sorts by: name, and its value of a row. */
+/* The client columns a round's table sorts by: name, and its value of a row
+ * (a number, or text). */
 typedef struct {
     const char *name;
-    double (*num)(const fm_client_round_row_t *c); /* NULL: by text (client, status) */
+    double (*num)(const fm_client_round_row_t *c);
+    const char *(*text)(const fm_client_round_row_t *c);
 } sort_key_t;
+
+static const char *by_client(const fm_client_round_row_t *c) { return c->client_id; }
+static const char *by_status(const fm_client_round_row_t *c) { return c->status; }
 
 #define NUM(field) static double by_##field(const fm_client_round_row_t *c) { return (double)c->field; }
 NUM(train_loss)
@@ -258,10 +294,17 @@ NUM(seconds)
 NUM(bytes_up)
 #undef NUM
 static const sort_key_t SORT_KEYS[] = {
-    {"client", NULL},          {"status", NULL},           {"train_loss", by_train_loss},
-    {"val_loss", by_val_loss}, {"test_loss", by_test_loss}, {"test_accuracy", by_test_accuracy},
-    {"generalist_share", by_generalist_share}, {"train_samples", by_train_samples},
-    {"test_samples", by_test_samples}, {"seconds", by_seconds}, {"bytes_up", by_bytes_up},
+    {"client", NULL, by_client},
+    {"status", NULL, by_status},
+    {"train_loss", by_train_loss, NULL},
+    {"val_loss", by_val_loss, NULL},
+    {"test_loss", by_test_loss, NULL},
+    {"test_accuracy", by_test_accuracy, NULL},
+    {"generalist_share", by_generalist_share, NULL},
+    {"train_samples", by_train_samples, NULL},
+    {"test_samples", by_test_samples, NULL},
+    {"seconds", by_seconds, NULL},
+    {"bytes_up", by_bytes_up, NULL},
 };
 #define SORT_KEY_COUNT ((int)(sizeof SORT_KEYS / sizeof SORT_KEYS[0]))
 
@@ -279,7 +322,7 @@ static int cmp_clients(const void *pa, const void *pb, void *arg)
         double x = s->k->num(a), y = s->k->num(b);
         c = (x > y) - (x < y);
     } else {
-        c = strcmp(s->k == &SORT_KEYS[1] ? a->status : a->client_id, s->k == &SORT_KEYS[1] ? b->status : b->client_id);
+        c = strcmp(s->k->text(a), s->k->text(b));
     }
     return c ? s->dir * c : strcmp(a->client_id, b->client_id); /* (ties: by client, one order) */
 }
@@ -296,8 +339,10 @@ static bool sort_arg(answer_t *a, fm_view_arg_fn arg, void *ctx, sort_t *s)
         while (i < SORT_KEY_COUNT && strcmp(SORT_KEYS[i].name, k) != 0)
             i++;
         if (i == SORT_KEY_COUNT) {
-            error(a, 400, "sort: expected one of client, status, train_loss, val_loss, test_loss, test_accuracy, "
-                          "generalist_share, train_samples, test_samples, seconds, bytes_up");
+            char why[320] = "sort: expected one of";
+            for (int j = 0; j < SORT_KEY_COUNT; j++) /* (the table's names, so the two cannot differ) */
+                snprintf(why + strlen(why), sizeof why - strlen(why), "%s %s", j ? "," : "", SORT_KEYS[j].name);
+            error(a, 400, why);
             return false;
         }
         s->k = &SORT_KEYS[i];
@@ -351,34 +396,32 @@ static void round_clients(answer_t *a, fm_store_t *st, const fm_run_row_t *run, 
 static void client_history(answer_t *a, fm_store_t *st, const fm_run_row_t *run, const char *client,
                            fm_view_arg_fn arg, void *ctx)
 {
-    long since, limit;
-    if (!int_arg(a, arg, ctx, "since", 0, 1 << 30, 0, &since) ||
-        !int_arg(a, arg, ctx, "limit", 1, FM_VIEW_ROUNDS_LIMIT, FM_VIEW_ROUNDS_LIMIT, &limit))
+    page_t p;
+    if (!page_args(a, arg, ctx, &p))
         return;
     fm_client_round_row_t *c;
     int n;
-    if (fm_store_client_history(st, run->id, client, (int)since, (int)limit + 1, &c, &n) != FM_OK) {
+    if (fm_store_client_history(st, run->id, client, (int)p.since, (int)p.limit + 1, &c, &n) != FM_OK) {
         error(a, 500, fm_error_last());
         return;
     }
-    if (n == 0 && since == 0) {
+    if (n == 0 && p.since == 0) {
         char why[200];
         snprintf(why, sizeof why, "run %.64s has no client '%.64s'", run->id, client);
         error(a, 404, why);
         return;
     }
-    bool more = n > limit;
-    n = more ? (int)limit : n;
+    int shown = page_rows(&p, n);
     fprintf(a->f, "{\"run\":");
     jstr(a->f, run->id);
     fputs(",\"client\":", a->f);
     jstr(a->f, client);
     fputs(",\"rounds\":[", a->f);
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < shown; i++) {
         fputs(i ? "," : "", a->f);
         client_json(a->f, &c[i]);
     }
-    fprintf(a->f, "],\"next_since\":%d,\"more\":%s}", n ? c[n - 1].round : (int)since, more ? "true" : "false");
+    page_end(a, &p, n, shown ? c[shown - 1].round : 0);
     free(c);
 }
 

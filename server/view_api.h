@@ -5,6 +5,7 @@
 #define FEDMOE_VIEW_API_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "fedmoe/store.h"
 
@@ -26,5 +27,8 @@ typedef const char *(*fm_view_arg_fn)(void *ctx, const char *name);
  * query parameters from arg(ctx, name). Never fails: errors are answers
  * ({"error": "..."} with 400, 404 or 500). */
 void fm_view_api(fm_store_t *st, const char *path, fm_view_arg_fn arg, void *ctx, fm_view_reply_t *out);
+
+/* s as a JSON string, quoted and escaped (also fedmoe-history's export). */
+void fm_view_json_str(FILE *f, const char *s);
 
 #endif

@@ -47,16 +47,27 @@ static const char *query_arg(void *ctx, const char *name)
     return MHD_lookup_connection_value(ctx, MHD_GET_ARGUMENT_KIND, name);
 }
 
-static enum MHD_Result reply(struct MHD_Connection *c, int status, char *body, size_t len, const char *type)
+#define JSON "application/json"
+
+/* Queues status and body (len bytes; mode MHD_RESPMEM_MUST_FREE for a
+ * malloc'd body, which is freed whatever happens, or MHD_RESPMEM_PERSISTENT);
+ * JSON is never cached, the page's files carry the same-origin policy. */
+static enum MHD_Result reply(struct MHD_Connection *c, int status, const void *body, size_t len,
+                             enum MHD_ResponseMemoryMode mode, const char *type)
 {
-    struct MHD_Response *r = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)body, mode);
     if (!r) {
-        free(body);
+        if (mode == MHD_RESPMEM_MUST_FREE)
+            free((void *)body);
         return MHD_NO;
     }
     MHD_add_response_header(r, "Content-Type", type);
-    MHD_add_response_header(r, "Cache-Control", "no-store");
     MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    if (strcmp(type, JSON) == 0)
+        MHD_add_response_header(r, "Cache-Control", "no-store");
+    else
+        MHD_add_response_header(r, "Content-Security-Policy",
+                                "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:");
     enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     return ok;
@@ -77,35 +88,24 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *c, const char *u
     }
     if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
         static const char msg[] = "{\"error\":\"read-only: only GET and HEAD\"}";
-        return reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, strdup(msg), sizeof msg - 1, "application/json");
+        return reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, msg, sizeof msg - 1, MHD_RESPMEM_PERSISTENT, JSON);
     }
     if (strncmp(url, "/api/", 5) != 0) { /* the page: built in, never a file */
         const char *want = strcmp(url, "/") == 0 ? "/index.html" : url;
         for (const fm_view_asset_t *a = fm_view_assets; a->path; a++)
-            if (strcmp(a->path, want) == 0) {
-                struct MHD_Response *r =
-                    MHD_create_response_from_buffer(a->len, (void *)a->data, MHD_RESPMEM_PERSISTENT);
-                if (!r)
-                    return MHD_NO;
-                MHD_add_response_header(r, "Content-Type", a->type);
-                MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
-                MHD_add_response_header(r, "Content-Security-Policy",
-                                        "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:");
-                enum MHD_Result ok = MHD_queue_response(c, MHD_HTTP_OK, r);
-                MHD_destroy_response(r);
-                return ok;
-            }
+            if (strcmp(a->path, want) == 0)
+                return reply(c, MHD_HTTP_OK, a->data, a->len, MHD_RESPMEM_PERSISTENT, a->type);
     }
     const server_t *sv = cls;
     if (!token_ok(sv, c)) {
         static const char msg[] = "{\"error\":\"this view needs its token: Authorization: Bearer TOKEN, or ?token=TOKEN\"}";
-        return reply(c, MHD_HTTP_UNAUTHORIZED, strdup(msg), sizeof msg - 1, "application/json");
+        return reply(c, MHD_HTTP_UNAUTHORIZED, msg, sizeof msg - 1, MHD_RESPMEM_PERSISTENT, JSON);
     }
     fm_view_reply_t r;
     fm_view_api(sv->store, url, query_arg, c, &r);
     if (!r.body)
         return MHD_NO;
-    return reply(c, r.status, r.body, r.len, "application/json");
+    return reply(c, r.status, r.body, r.len, MHD_RESPMEM_MUST_FREE, JSON);
 }
 
 /* listen "HOST:PORT" into a socket address: loopback, or with any_host any

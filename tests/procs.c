@@ -97,6 +97,17 @@ int procs_count_lines(const char *s)
     return n;
 }
 
+void procs_expect_refusal(const char *command, const char *says)
+{
+    char cmd[4096], *out;
+    snprintf(cmd, sizeof cmd, "%s 2>&1", command);
+    int rc = procs_capture(cmd, &out);
+    if (rc == 0 || !strstr(out, says))
+        fail_msg("'%s' exited %d saying: %s (expected: %s)", command, rc, out, says);
+    assert_int_equal(procs_count_lines(out), 1);
+    free(out);
+}
+
 int procs_committed_rounds(const char *db)
 {
     fm_store_t *st;

@@ -82,6 +82,9 @@ int procs_wait(pid_t pid, double seconds);
 /* Runs a shell command; returns its exit status and stdout (malloc'd). */
 int procs_capture(const char *cmd, char **out);
 int procs_count_lines(const char *s);
+/* Runs command (its stderr with its stdout) and fails the test unless it
+ * exits non-zero with one line that contains says. */
+void procs_expect_refusal(const char *command, const char *says);
 /* Rounds committed in the latest run of db (0 if none or unreadable). */
 int procs_committed_rounds(const char *db);
 /* SHA-256 of the latest run's last checkpoint into out (65 bytes); false if none. */

@@ -136,33 +136,22 @@ static void test_standalone(void **state)
     assert_true(bpb[1] < bpb[0]);
 }
 
-static void expect_refusal(const char *args, const char *says)
-{
-    char cmd[2048], *out;
-    snprintf(cmd, sizeof cmd, "%s 2>&1", args);
-    int rc = procs_capture(cmd, &out);
-    if (rc == 0 || !strstr(out, says))
-        fail_msg("'%s' exited %d saying: %s (expected: %s)", args, rc, out, says);
-    assert_int_equal(procs_count_lines(out), 1);
-    free(out);
-}
-
 static void test_refusals(void **state)
 {
     (void)state;
     char a[1024];
     snprintf(a, sizeof a, "%s --task text --strategy full --insecure --partitions 3 --db %s/r.db", BIN("server/fedmoe-server"), dir);
-    expect_refusal(a, "needs the prompt head");
+    procs_expect_refusal(a, "needs the prompt head");
     snprintf(a, sizeof a, "%s --standalone --task text --dataset fmnist --epochs 1", BIN("client/fedmoe-client"));
-    expect_refusal(a, "reads text");
+    procs_expect_refusal(a, "reads text");
     snprintf(a, sizeof a, "%s --standalone --dataset fortunes:ga --epochs 1", BIN("client/fedmoe-client"));
-    expect_refusal(a, "--task text");
+    procs_expect_refusal(a, "--task text");
     snprintf(a, sizeof a, "%s --standalone --task text --dataset fortunes:xx --epochs 1", BIN("client/fedmoe-client"));
-    expect_refusal(a, "no language 'xx'");
+    procs_expect_refusal(a, "no language 'xx'");
     snprintf(a, sizeof a, "%s --standalone --task text --dataset text:%s/none --epochs 1", BIN("client/fedmoe-client"), dir);
-    expect_refusal(a, "cannot open the folder");
+    procs_expect_refusal(a, "cannot open the folder");
     snprintf(a, sizeof a, "%s --standalone --task speech", BIN("client/fedmoe-client"));
-    expect_refusal(a, "--task");
+    procs_expect_refusal(a, "--task");
 }
 
 int main(void)

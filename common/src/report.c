@@ -153,8 +153,10 @@ static void partition_desc(const char *json, char *buf, size_t cap)
 }
 
 /* The clients of a round; text runs also show each one's test bits per byte. */
-static void print_clients(fm_report_t *r, int round, bool text, double unit)
+static void print_clients(fm_report_t *r, int round, const fm_run_row_t *run)
 {
+    bool text = fm_run_text(run);
+    double unit = fm_run_loss_unit(run);
     fm_client_round_row_t *cr;
     int nc;
     if (fm_store_list_client_rounds(r->store, r->run_id, round, &cr, &nc) != FM_OK)
@@ -216,7 +218,7 @@ static void print_summary(fm_report_t *r, const fm_round_row_t *rr, int n, const
     printf("  %-26s %.2f s\n", "mean round time", secs / n);
     printf("  %-26s %.1f s\n", "wall time", fm_clock_seconds() - r->t0);
     printf("  %-26s %.1f MB up, %.1f MB down\n", "traffic", up / 1e6, down / 1e6);
-    print_clients(r, rr[n - 1].round, fm_run_text(run), fm_run_loss_unit(run));
+    print_clients(r, rr[n - 1].round, run);
 }
 
 int fm_report_summary(fm_report_t *r)

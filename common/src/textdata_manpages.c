@@ -75,9 +75,16 @@ static fm_status package_pages(const char *root, const man_lang_t *l, char ***ou
     return st;
 }
 
+/* A buffer for one decompressed page, grown as pages need (most are a few
+ * KB), up to TEXT_MAX_FILE_BYTES; one for a whole load. */
+typedef struct {
+    uint8_t *p;
+    size_t cap;
+} page_buf_t;
+
 /* One page, decompressed, as a document of language lang: left out when it
  * is not UTF-8 or only points at another page (".so"). */
-static fm_status add_page(text_builder_t *b, int lang, const char *path, uint8_t *buf, size_t cap)
+static fm_status add_page(text_builder_t *b, int lang, const char *path, page_buf_t *buf)
 {
     gzFile z = gzopen(path, "rb");
     if (!z) {
@@ -85,34 +92,44 @@ static fm_status add_page(text_builder_t *b, int lang, const char *path, uint8_t
         return FM_ERR_IO;
     }
     size_t len = 0;
-    int got;
-    while (len < cap && (got = gzread(z, buf + len, (unsigned)(cap - len < (1u << 30) ? cap - len : 1u << 30))) > 0)
-        len += (size_t)got;
+    int got = 1;
+    while (got > 0 && len < TEXT_MAX_FILE_BYTES) {
+        if (len == buf->cap) {
+            size_t cap = buf->cap ? 2 * buf->cap : 1 << 16;
+            cap = cap < TEXT_MAX_FILE_BYTES ? cap : TEXT_MAX_FILE_BYTES;
+            uint8_t *g = realloc(buf->p, cap);
+            if (!g) {
+                gzclose(z);
+                return FM_ERR_NOMEM;
+            }
+            buf->p = g;
+            buf->cap = cap;
+        }
+        if ((got = gzread(z, buf->p + len, (unsigned)(buf->cap - len))) > 0)
+            len += (size_t)got;
+    }
     int err;
     const char *why = gzerror(z, &err);
     bool bad = err != Z_OK && err != Z_BUF_ERROR;
     gzclose(z);
-    if (bad || len == cap) {
+    if (bad || len == TEXT_MAX_FILE_BYTES) {
         fm_error_set("manpages: %s: %s", path, bad ? why : "larger than a text file may be");
         return FM_ERR_FORMAT;
     }
-    if (len == 0 || (len > 4 && strncmp((const char *)buf, ".so ", 4) == 0) || text_utf8_prefix(buf, len) != len)
+    const uint8_t *t = buf->p;
+    if (len == 0 || (len > 4 && strncmp((const char *)t, ".so ", 4) == 0) || text_utf8_prefix(t, len) != len)
         return FM_OK;
-    return text_add_doc(b, lang, buf, len);
+    return text_add_doc(b, lang, t, len);
 }
 
-static fm_status load_lang(text_builder_t *b, const char *root, const man_lang_t *l, int lang)
+static fm_status load_lang(text_builder_t *b, const char *root, const man_lang_t *l, int lang, page_buf_t *buf)
 {
     char **pages;
     int n;
     fm_status st = package_pages(root, l, &pages, &n);
-    uint8_t *buf = st == FM_OK ? malloc(TEXT_MAX_FILE_BYTES) : NULL;
-    if (st == FM_OK && !buf)
-        st = FM_ERR_NOMEM;
     size_t before = b->c->docs;
     for (int i = 0; st == FM_OK && i < n; i++)
-        st = add_page(b, lang, pages[i], buf, TEXT_MAX_FILE_BYTES);
-    free(buf);
+        st = add_page(b, lang, pages[i], buf);
     for (int i = 0; i < n; i++)
         free(pages[i]);
     free(pages);
@@ -128,19 +145,20 @@ fm_status text_load_manpages(text_builder_t *b, const char *list, const char *ro
 {
     char codes[256];
     snprintf(codes, sizeof codes, "%s", list && *list ? list : DEFAULT_MANPAGES);
-    for (char *save = NULL, *code = strtok_r(codes, ",", &save); code; code = strtok_r(NULL, ",", &save)) {
+    page_buf_t buf = {0};
+    fm_status st = FM_OK;
+    for (char *save = NULL, *code = strtok_r(codes, ",", &save); st == FM_OK && code;
+         code = strtok_r(NULL, ",", &save)) {
         int L = 0;
         while (L < MAN_LANGS && strcmp(MANPAGES[L].code, code) != 0)
             L++;
         if (L == MAN_LANGS) {
             fm_error_set("manpages: no language '%s' (en, de, es, it, pl, ru, cs, pt, fr)", code);
-            return FM_ERR_ARG;
+            st = FM_ERR_ARG;
+        } else if ((st = text_new_language(b->c, prefix, code)) == FM_OK) {
+            st = load_lang(b, root, &MANPAGES[L], b->c->languages - 1, &buf);
         }
-        fm_status st = text_new_language(b->c, prefix, code);
-        if (st == FM_OK)
-            st = load_lang(b, root, &MANPAGES[L], b->c->languages - 1);
-        if (st != FM_OK)
-            return st;
     }
-    return FM_OK;
+    free(buf.p);
+    return st;
 }

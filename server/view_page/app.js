@@ -24,6 +24,18 @@ async function api(path) {
   return body;
 }
 
+// Every row of a paged list (rounds, a client's history) after round since:
+// its pages, following next_since while more follow. Returns {rows, since, page}.
+async function allPages(path, since) {
+  const rows = [];
+  for (;;) {
+    const page = await api(path + (path.includes('?') ? '&' : '?') + 'since=' + since);
+    rows.push(...page.rounds);
+    since = page.next_since;
+    if (!page.more) return { rows, since, page };
+  }
+}
+
 function setLive(text) { document.getElementById('live').textContent = text; }
 
 function fail(e) { main.innerHTML = '<p class="bad">' + esc(e.message || e) + '</p>'; }
@@ -137,13 +149,10 @@ async function showRun(ids, round) {
   const pick = (r) => { location.hash = '#/run/' + ids.map(encodeURIComponent).join(',') + '/round/' + r; };
   async function poll() {
     for (const x of runs) {
-      for (;;) {
-        const page = await api('/api/runs/' + encodeURIComponent(x.run.id) + '/rounds?since=' + x.since);
-        x.rounds.push(...page.rounds);
-        x.since = page.next_since;
-        x.run.status = page.status;
-        if (!page.more) break;
-      }
+      const got = await allPages('/api/runs/' + encodeURIComponent(x.run.id) + '/rounds', x.since);
+      x.rounds.push(...got.rows);
+      x.since = got.since;
+      x.run.status = got.page.status;
     }
     if (my !== view) return;
     draw(runs, pick);
@@ -240,14 +249,7 @@ async function showClients(run, round, sort, order, offset) {
 }
 
 async function showClient(run, client) {
-  const rows = [];
-  let since = 0;
-  for (;;) {
-    const page = await api('/api/runs/' + encodeURIComponent(run) + '/clients/' + encodeURIComponent(client) + '?since=' + since);
-    rows.push(...page.rounds);
-    since = page.next_since;
-    if (!page.more) break;
-  }
+  const { rows } = await allPages('/api/runs/' + encodeURIComponent(run) + '/clients/' + encodeURIComponent(client), 0);
   document.getElementById('where').textContent = run + ' / ' + client;
   const pts = (f) => rows.filter((r) => r.status === 'completed').map((r) => [r.round, f(r)]);
   main.innerHTML = '<p><a href="#/run/' + encodeURIComponent(run) + '">back to the run</a></p><div class="charts" id="charts"></div>' +
