@@ -3,6 +3,9 @@
 #   fedmoe-entrypoint keys          make the run's keys once, into the key volumes
 #   fedmoe-entrypoint coordinator   fedmoe-server with the stack's keys, database and settings
 #   fedmoe-entrypoint client        fedmoe-client with an id of its own and its key
+#   fedmoe-entrypoint view          fedmoe-history serve: the round log in a browser, on
+#                                   port 8080 of the container, answering only with the token
+#   fedmoe-entrypoint token         print the view's token
 #   fedmoe-entrypoint health        exit 0 while the container's program is alive
 #   fedmoe-entrypoint PROGRAM ...   any program, e.g. fedmoe-server --help
 # Settings (environment):
@@ -23,16 +26,19 @@
 # Keys: in the volumes /keys/coordinator and /keys/clients (made by `keys`), or
 # read-only secrets mounted at /secrets/coordinator (coordinator.key and the
 # clients' .pub files) and /secrets/clients (the client's cNNN.key and
-# coordinator.pub), copied to private files (mode 0600) at start.
+# coordinator.pub), copied to private files (mode 0600) at start. The view's
+# token: /keys/view/token (made by `keys` when /keys/view is mounted) or the
+# secret /secrets/view/token.
 set -eu
 KEYS_C=/keys/coordinator
 KEYS_K=/keys/clients
-if [ -d /secrets/coordinator ] || [ -d /secrets/clients ]; then
+KEYS_V=/keys/view
+if [ -d /secrets/coordinator ] || [ -d /secrets/clients ] || [ -d /secrets/view ]; then
   # secrets are mounted readable by a group; the programs want key files only
   # their owner reads: private copies
   private=${HOME:-/var/lib/fedmoe}/keys
   umask 077
-  mkdir -p "$private/coordinator/clients" "$private/clients"
+  mkdir -p "$private/coordinator/clients" "$private/clients" "$private/view"
   if [ -d /secrets/coordinator ]; then
     for f in /secrets/coordinator/*; do
       case "$f" in
@@ -45,6 +51,10 @@ if [ -d /secrets/coordinator ] || [ -d /secrets/clients ]; then
   if [ -d /secrets/clients ]; then
     cp /secrets/clients/* "$private/clients/"
     KEYS_K=$private/clients
+  fi
+  if [ -f /secrets/view/token ]; then
+    cp /secrets/view/token "$private/view/token"
+    KEYS_V=$private/view
   fi
   umask 022
 fi
@@ -81,7 +91,16 @@ make_keys() {
     rmdir "$tmp"
   fi
   cp "$KEYS_C/coordinator.pub" "$KEYS_K/coordinator.pub"
-  echo "fedmoe-entrypoint: keys ready: coordinator and $clients clients ($made new)"
+  # the view's token (48 hex digits), where its volume is mounted
+  view=""
+  if [ -d "$KEYS_V" ] && [ -w "$KEYS_V" ]; then
+    if [ ! -f "$KEYS_V/token" ]; then
+      (umask 077 && od -An -N24 -tx1 /dev/urandom | tr -d ' \n' > "$KEYS_V/.token.new" &&
+        echo >> "$KEYS_V/.token.new" && mv "$KEYS_V/.token.new" "$KEYS_V/token")
+    fi
+    view=" and the view's token"
+  fi
+  echo "fedmoe-entrypoint: keys ready: coordinator and $clients clients ($made new)$view"
 }
 
 run_coordinator() {
@@ -94,6 +113,24 @@ run_coordinator() {
   if [ -s "$config" ]; then set -- --config "$config" "$@"; fi
   # shellcheck disable=SC2086 # FEDMOE_SERVER_ARGS is a list of flags
   exec fedmoe-server "$@" ${FEDMOE_SERVER_ARGS:-}
+}
+
+view_token() {
+  [ -f "$KEYS_V/token" ] || die "no view token in $KEYS_V (run the keys service with the view-token volume, or mount the secret /secrets/view/token)"
+  echo "$KEYS_V/token"
+}
+
+# The view of the coordinator's database (on the data volume, read-only): it
+# waits for the coordinator to make the database, then serves on port 8080 of
+# the container, every address (published by the stack), with the token.
+run_view() {
+  token=$(view_token)
+  db=/data/fedmoe.db
+  if [ ! -f "$db" ]; then
+    echo "fedmoe-entrypoint: view: waiting for the coordinator's database $db"
+    while [ ! -f "$db" ]; do sleep 1; done
+  fi
+  exec fedmoe-history --db "$db" serve --listen 0.0.0.0:8080 --token-file "$token" "$@"
 }
 
 # This container's client id: FEDMOE_CLIENT_ID, or the slot it claimed before
@@ -136,7 +173,8 @@ run_client() {
 }
 
 # Alive while a fedmoe program runs in the container (and, for the
-# coordinator, port 5555 is listening: 15B3 in /proc/net/tcp*).
+# coordinator, port 5555 is listening: 15B3 in /proc/net/tcp*; for the view,
+# port 8080: 1F90).
 health() {
   for c in /proc/[0-9]*/comm; do
     case "$(cat "$c" 2>/dev/null)" in
@@ -144,6 +182,9 @@ health() {
         grep -q ':15B3 [0-9A-F:]* 0A ' /proc/net/tcp /proc/net/tcp6 2>/dev/null && exit 0
         exit 1 ;;
       fedmoe-client) exit 0 ;;
+      fedmoe-history)
+        grep -q ':1F90 [0-9A-F:]* 0A ' /proc/net/tcp /proc/net/tcp6 2>/dev/null && exit 0
+        exit 1 ;;
     esac
   done
   exit 1
@@ -153,6 +194,8 @@ case "${1:-}" in
   keys) make_keys ;;
   coordinator) shift; run_coordinator "$@" ;;
   client) shift; run_client "$@" ;;
+  view) shift; run_view "$@" ;;
+  token) cat "$(view_token)" ;;
   health) health ;;
   "") exec fedmoe-server --help ;;
   *) exec "$@" ;;

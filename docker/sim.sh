@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
 # The main job in containers: a coordinator and N clients of the fedmoe image,
 # CURVE keys made on first start, one line per committed round and the summary
-# (the same as fedmoe-sim's), the round log left on the stack's data volume.
+# (the same as fedmoe-sim's), the round log left on the stack's data volume;
+# meanwhile the run in a browser (the view's address, with its token, is printed).
 #   docker/sim.sh [--clients N] [--rounds R] [--strategy S] [--config FILE]
-#                 [--image TAG | --build] [-- FEDMOE-SERVER FLAGS...]
+#                 [--image TAG | --build] [--no-view] [-- FEDMOE-SERVER FLAGS...]
 #   --config FILE   an INI file of fedmoe-server options (fedmoe-server --help)
+#   --no-view       no browser view (its port, FEDMOE_VIEW_PORT, default 8080, unused)
 #   --image TAG     run this image, never build (default: the image of this
 #                   commit, built when missing, with its base image made from
 #                   Debian's archive where no registry answers)
 # A coordinator restarted mid-run is waited for. Ctrl-C stops the stack
 # cleanly; run it again with the same settings and the run resumes.
-# Environment: FEDMOE_PROJECT (stack name, default fedmoe), FEDMOE_PORT (5555).
+# Environment: FEDMOE_PROJECT (stack name, default fedmoe), FEDMOE_PORT (5555),
+# FEDMOE_VIEW_PORT (8080).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(dirname "$here")
-clients=4 rounds=10 strategy="" build=0 image="" config="" extra=()
-usage() { sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+clients=4 rounds=10 strategy="" build=0 image="" config="" view=1 extra=()
+usage() { sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
   case "$1" in
     --clients) clients=${2:?--clients needs a number}; shift 2 ;;
@@ -24,6 +27,7 @@ while (($#)); do
     --config) config=${2:?--config needs a file}; shift 2 ;;
     --image) image=${2:?--image needs a tag}; shift 2 ;;
     --build) build=1; shift ;;
+    --no-view) view=0; shift ;;
     -h|--help) usage; exit 0 ;;
     --) shift; extra=("$@"); break ;;
     *) echo "sim.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
@@ -62,20 +66,30 @@ fail_start() {
   local why
   why=$(grep -m1 -iE 'cannot|bind|already|denied|no such|not found|invalid' "$err" || grep -iE 'error' "$err" | tail -1)
   if grep -qiE 'address already in use|port is already allocated' "$err"; then
-    why="port ${FEDMOE_PORT:-5555} of this machine is taken (another one: FEDMOE_PORT=N docker/sim.sh ...)"
+    local port var=FEDMOE_PORT
+    port=$(grep -oE '0\.0\.0\.0:[0-9]+' "$err" | head -1 | cut -d: -f2)
+    [[ $port == "${FEDMOE_VIEW_PORT:-8080}" ]] && var=FEDMOE_VIEW_PORT
+    why="port ${port:-${FEDMOE_PORT:-5555}} of this machine is taken (another one: $var=N docker/sim.sh ...)"
   fi
   echo "sim.sh: $1: ${why#ERROR: }" >&2
   dc down --remove-orphans >/dev/null 2>&1 || true
   exit 1
 }
 dc run --rm keys 2>"$err" || fail_start "the keys could not be made"
+token=""
+# (read before the stack starts: the follow below must start with it, or a short
+# run may end before it looks)
+((view)) && { token=$(dc run --rm -T view token 2>"$err") || fail_start "the view's token could not be read"; }
 stopped=0
 stop() { stopped=1; echo; echo "sim.sh: stopping the stack"; dc stop -t 30 >/dev/null 2>&1 || true; }
 trap stop INT TERM
-dc up -d --scale client="$clients" coordinator client 2>"$err" || fail_start "the stack did not start"
+services=(coordinator client)
+((view)) && services+=(view)
+dc up -d --scale client="$clients" "${services[@]}" 2>"$err" || fail_start "the stack did not start"
 echo "sim.sh: coordinator and $clients clients in containers ($image), $rounds rounds"
 dc run --rm -T history follow --resume-wait 120 2>/dev/null &
 follow=$!
+((view)) && echo "sim.sh: the run in a browser: http://localhost:${FEDMOE_VIEW_PORT:-8080}/?token=$token (while the stack runs)"
 # a coordinator that keeps failing (a bad setting, a damaged database) ends the job with its reason
 failed=""
 while kill -0 $follow 2>/dev/null && ((stopped == 0)); do
@@ -105,5 +119,6 @@ if ((stopped == 0)); then
 fi
 echo
 echo "database: volume ${project}_data   (${compose[*]} -p $project -f $here/compose.yml run --rm history rounds)"
+((view)) && echo "browse it: ${compose[*]} -p $project -f $here/compose.yml up -d view   (the same address)"
 ((stopped)) && exit 130
 exit "$rc"

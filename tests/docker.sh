@@ -3,11 +3,13 @@
 # image (and its base image where no registry answers) and runs a coordinator
 # and 4 client containers for 3 rounds with CURVE keys made on first start; the
 # history container then reads from the data volume 1 run, 3 rounds and 12
-# client rows, and an intact database. A run stopped (SIGTERM) exits 130 with
+# client rows, and an intact database. Meanwhile the stack's browser view
+# (the address sim.sh prints, with its token) answers the API with the run and
+# its committed rounds, the page, and 401 without the token. A run stopped (SIGTERM) exits 130 with
 # the stack stopped, and resumes when started again. The image runs `fedmoe-server --help`,
 # as a non-root user, carries its version and commit, and reports the
 # coordinator healthy. Bad set-ups end sim.sh with one clear line: no engine
-# answering, the image missing, the port taken, a config file with a bad value.
+# answering, the image missing, the port taken (the coordinator's or the view's), a config file with a bad value.
 # (Faults: tests/docker_faults.sh.) Skipped (77) only when no Docker engine can
 # be had (not root, or no dockerd: scripts/install-deps.sh installs Debian's
 # docker.io).
@@ -20,6 +22,12 @@ name=docker
 FEDMOE_PROJECT=$project "$src/docker/sim.sh" --clients 4 --rounds 3 > "$work/sim.out" 2>&1 &
 sim=$!
 wait_round 1 900
+# the view: sim.sh's address, the API read with the token, refused without it
+url=$(grep -oE 'http://localhost:[0-9]+/\?token=[0-9a-f]+' "$work/sim.out" | head -1)
+[[ -n $url ]] || fail "sim.sh printed no view address"
+port=${url#http://localhost:}
+/usr/bin/python3 "$src/tests/view_probe.py" "${port%%/*}" "${url##*token=}" 3 1 4 > "$work/view.out" 2>&1 ||
+  fail "the view: $(cat "$work/view.out")"
 coord=$(dc ps -q coordinator)
 image=$(docker inspect -f '{{.Config.Image}}' "$coord")
 health=""
@@ -44,6 +52,12 @@ history_tool export --table clients > "$work/clients.csv"
 [[ $(tail -n +2 "$work/clients.csv" | cut -d, -f3 | sort -u | tr '\n' ' ') == "c000 c001 c002 c003 " ]] ||
   fail "client ids: $(cut -d, -f3 "$work/clients.csv" | sort -u | tr '\n' ' ')"
 [[ $(history_tool check) == ok ]] || fail "integrity check: $(history_tool check)"
+# after the run, the view started again as sim.sh says ("browse it:") serves all 3 rounds
+grep -q "^browse it: .* up -d view" "$work/sim.out" || fail "sim.sh does not say how to browse the log after the run"
+dc up -d view > "$work/view-up.out" 2>&1 || fail "the view did not start again: $(cat "$work/view-up.out")"
+/usr/bin/python3 "$src/tests/view_probe.py" "${port%%/*}" "${url##*token=}" 3 3 4 > "$work/view.out" 2>&1 ||
+  fail "the view after the run: $(cat "$work/view.out")"
+dc stop view > /dev/null 2>&1
 
 # the image itself
 help=$(docker run --rm "$image" fedmoe-server --help)
@@ -88,9 +102,12 @@ holder=$!
 sleep 1
 FEDMOE_PORT=5597 bad "a taken port" "sim.sh: the stack did not start: port 5597 of this machine is taken" \
   --image "$image" --clients 2 --rounds 2
+FEDMOE_VIEW_PORT=5597 bad "the view's port taken" \
+  "sim.sh: the stack did not start: port 5597 of this machine is taken (another one: FEDMOE_VIEW_PORT=N" \
+  --image "$image" --clients 2 --rounds 2
 kill $holder 2>/dev/null
 printf 'rounds = 2\nfraction = 7\n' > "$work/bad.conf"
 bad "a bad config value" "the coordinator failed 3 times; its last line: fedmoe-server: " \
   --image "$image" --clients 2 --rounds 2 --config "$work/bad.conf"
 grep -q "fraction.*7" "$work/bad.out" || fail "the config error does not name the setting: $(cat "$work/bad.out")"
-echo "docker: OK: 4 client containers x 3 rounds, 1 run, 3 rounds, 12 client rows, integrity ok; stopped and resumed; healthy, non-root, labelled; no engine, a missing image, a taken port and a bad config value each end with one clear line"
+echo "docker: OK: 4 client containers x 3 rounds, 1 run, 3 rounds, 12 client rows, integrity ok; the view answered with the token only; stopped and resumed; healthy, non-root, labelled; no engine, a missing image, a taken port (coordinator's, view's) and a bad config value each end with one clear line"

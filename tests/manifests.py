@@ -30,11 +30,13 @@ def help_flags(program):
 
 server = help_flags(f"{build}/server/fedmoe-server")
 client = help_flags(f"{build}/client/fedmoe-client")
+history = help_flags(f"{build}/server/fedmoe-history")
 check(len(server) > 20 and len(client) > 10, "could not read the programs' --help")
 
 entry = open(f"{src}/docker/entrypoint.sh").read()
 # the flags each role passes: the `set --` lines and `exec` lines of its function
-for fn, known, prog in (("run_coordinator", server, "fedmoe-server"), ("run_client", client, "fedmoe-client")):
+for fn, known, prog in (("run_coordinator", server, "fedmoe-server"), ("run_client", client, "fedmoe-client"),
+                        ("run_view", history, "fedmoe-history")):
     body = re.search(r"^%s\(\) \{\n(.*?)^\}" % fn, entry, re.S | re.M)
     check(body is not None, f"entrypoint: no function {fn}")
     if body:
@@ -45,7 +47,7 @@ for fn, known, prog in (("run_coordinator", server, "fedmoe-server"), ("run_clie
 
 reads = set(re.findall(r"\$\{?(FEDMOE_[A-Z_]+|JOB_COMPLETION_INDEX)", entry))
 roles = set(re.findall(r"^  ([a-z]+)\)", entry, re.M))
-check({"keys", "coordinator", "client", "health"} <= roles, f"entrypoint roles: {sorted(roles)}")
+check({"keys", "coordinator", "client", "view", "token", "health"} <= roles, f"entrypoint roles: {sorted(roles)}")
 readme = open(f"{src}/docker/README.md").read()
 for var in sorted(reads - {"JOB_COMPLETION_INDEX", "FEDMOE_CLIENT_SLOT", "FEDMOE_VERSION", "FEDMOE_COMMIT"}):
     check(f"`{var}`" in readme, f"docker/README.md does not document {var}")
@@ -60,8 +62,12 @@ for name, svc in compose["services"].items():
     cmd = svc.get("command") or []
     if "entrypoint" not in svc:
         check(cmd and cmd[0] in roles, f"compose: service {name} runs '{cmd}', not an entrypoint role")
-check(compose["services"]["coordinator"]["deploy"].get("endpoint_mode") == "dnsrr", "compose: coordinator not dnsrr")
-check(all(p.get("mode") == "host" for p in compose["services"]["coordinator"]["ports"]), "compose: ports not host mode")
+for name in ("coordinator", "view"):
+    svc = compose["services"][name]
+    check(svc["deploy"].get("endpoint_mode") == "dnsrr", f"compose: {name} not dnsrr")
+    check(all(p.get("mode") == "host" for p in svc["ports"]), f"compose: {name}'s ports not host mode")
+check(compose["services"]["view"]["volumes"] and any(v.startswith("data:") for v in compose["services"]["view"]["volumes"]),
+      "compose: the view does not read the coordinator's data volume")
 check(len(images) == 1, f"compose: more than one image: {images}")
 image = re.sub(r"^\$\{[A-Z_]+:-(.*)\}$", r"\1", next(iter(images)))  # its default
 

@@ -5,7 +5,8 @@
 # must work without the routing mesh: the coordinator is reached by name
 # (endpoint_mode dnsrr) and publishes its port in host mode. 4 client replicas
 # take their ids from their task slots (c000..c003); the run of 3 rounds
-# finishes, every round once with all 4, read from the stack's data volume. Skipped (77) only when
+# finishes, every round once with all 4, read from the stack's data volume; the
+# view service (host port, dnsrr) serves it with the token. Skipped (77) only when
 # no Docker engine can be had.
 #   tests/swarm.sh SOURCE_DIR
 set -uo pipefail
@@ -31,7 +32,7 @@ fail() {
   echo "swarm: FAILED: $*" >&2
   cat "$work/follow.out" >&2 2>/dev/null
   docker stack ps --no-trunc "$stack" >&2 2>/dev/null | head -20
-  for s in coordinator client keys; do
+  for s in coordinator client keys view; do
     echo "--- logs of ${stack}_$s:" >&2; docker service logs --tail 10 "${stack}_$s" >&2 2>&1
   done
   exit 1
@@ -40,8 +41,9 @@ if [[ $(docker info -f '{{.Swarm.LocalNodeState}}') != active ]]; then
   docker swarm init --advertise-addr 127.0.0.1 >/dev/null || fail "docker swarm init"
   made=1
 fi
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-FEDMOE_IMAGE=$image FEDMOE_CLIENTS=4 FEDMOE_ROUNDS=3 FEDMOE_PORT=$port \
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+port=$(free_port) vport=$(free_port)
+FEDMOE_IMAGE=$image FEDMOE_CLIENTS=4 FEDMOE_ROUNDS=3 FEDMOE_PORT=$port FEDMOE_VIEW_PORT=$vport \
   docker stack deploy -c "$src/docker/compose.yml" "$stack" >"$work/deploy.out" 2>&1 || fail "stack deploy: $(cat "$work/deploy.out")"
 [[ $(docker service inspect -f '{{.Spec.EndpointSpec.Mode}}' "${stack}_coordinator") == dnsrr ]] || fail "the coordinator is not dnsrr"
 # the round log, from the stack's volume (once its coordinator task made it), as fedmoe-sim shows it
@@ -65,4 +67,7 @@ grep -q "rounds                     3 of 3" "$work/follow.out" || fail "not 3 of
 for id in c000 c001 c002 c003; do
   grep -q "^  $id .*completed" "$work/follow.out" || fail "client $id (from its task slot) missing"
 done
-echo "swarm: OK: stack $stack on a one-node swarm, 3 rounds with c000-c003 (task slots), coordinator dnsrr on host port $port"
+# the view service (host port, dnsrr) serves the finished run with the token from its volume
+token=$(docker run --rm -v "${stack}_view-token:/keys/view" "$image" token) || fail "no view token in the stack's volume"
+python3 "$src/tests/view_probe.py" "$vport" "$token" 3 3 4 > "$work/view.out" 2>&1 || fail "the view: $(cat "$work/view.out")"
+echo "swarm: OK: stack $stack on a one-node swarm, 3 rounds with c000-c003 (task slots), coordinator dnsrr on host port $port; $(cat "$work/view.out")"

@@ -1,7 +1,7 @@
 /* The text task through the real programs: a federated run of 3 clients x 2
  * rounds (fedmoe-sim --task text: a real coordinator, CURVE, client
  * processes or, for local, a virtual host, the fortune packages), each of
- * local, fedavg and comigs; a
+ * local, fedavg and comigs (and comigs sharing the generalist experts only); a
  * standalone client learning on its defaults; and the refusals (a strategy
  * with the prompt head, image data for the text model, text for the image
  * model, a missing language or folder), each one clear line. */
@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fedmoe/model.h"
+#include "fedmoe/runspec.h"
 #include "fedmoe/store.h"
 #include "procs.h"
 
@@ -23,15 +25,16 @@ static char dir[256];
 /* A small run: the Irish and Esperanto fortunes (the smallest packages), windows of 32 bytes. */
 #define SMALL "--dataset fortunes:ga,eo --context 32 --batch 8"
 
-/* Runs strategy for `rounds` rounds (with the further flags `extra`); its
- * round log's path into db (512 bytes); the first round's test loss (nats a
- * byte) into *loss1. */
-static void run_strategy(const char *strategy, int rounds, const char *extra, char *db, double *loss1)
+/* Runs strategy for `rounds` rounds (with the further flags `extra`), its
+ * round log and working folder named by strategy and tag; the log's path into
+ * db (512 bytes); the first round's test loss (nats a byte) into *loss1. */
+static void run_strategy(const char *strategy, const char *tag, int rounds, const char *extra, char *db,
+                         double *loss1)
 {
     char cmd[2048], *out;
-    snprintf(db, 512, "%s/text-%s.db", dir, strategy);
-    snprintf(cmd, sizeof cmd, "%s --task text " SMALL " --strategy %s --clients 3 --rounds %d --db %s --workdir %s/%s "
-             "--round-timeout 120 %s 2>&1", BIN("client/fedmoe-sim"), strategy, rounds, db, dir, strategy, extra);
+    snprintf(db, 512, "%s/text-%s%s.db", dir, strategy, tag);
+    snprintf(cmd, sizeof cmd, "%s --task text " SMALL " --strategy %s --clients 3 --rounds %d --db %s --workdir %s/%s%s "
+             "--round-timeout 120 %s 2>&1", BIN("client/fedmoe-sim"), strategy, rounds, db, dir, strategy, tag, extra);
     int rc = procs_capture(cmd, &out);
     if (rc != 0)
         fprintf(stderr, "%s\n", out);
@@ -72,12 +75,63 @@ static void run_strategy(const char *strategy, int rounds, const char *extra, ch
     fm_store_close(&st);
 }
 
+/* A client's upload in round 1 of the run logged in db, in bytes. */
+static double upload_per_client(const char *db)
+{
+    fm_round_row_t *r;
+    fm_client_round_row_t *cr;
+    int nr, nc;
+    procs_finished_run(db, &r, &nr, &cr, &nc);
+    double up = (double)r[0].bytes_up / r[0].completed;
+    free(r);
+    free(cr);
+    return up;
+}
+
+/* The floats comigs averages for the test's model when its shared group holds `shared`. */
+static size_t comigs_floats(fm_shared_kind shared)
+{
+    fm_model_config_t c;
+    fm_model_config_default(&c);
+    fm_model_config_text(&c);
+    c.context = 32;
+    c.shared = shared;
+    fm_model_t *m = NULL;
+    assert_int_equal(fm_model_new(&m, &c, 1, 0), FM_OK);
+    size_t n = fm_federated_size(m, FM_STRATEGY_COMIGS);
+    fm_model_destroy(&m);
+    return n;
+}
+
+/* --shared experts: comigs averages the generalist experts only; the uploads
+ * carry exactly those floats (plus the message's few hundred bytes), less than
+ * half of what the default grouping sends, and the run learns. */
+static void check_experts_only(const char *all)
+{
+    char experts[512];
+    double loss1;
+    run_strategy("comigs", "-experts", 2, "--shared experts", experts, &loss1);
+    fm_store_t *st;
+    fm_run_row_t run;
+    procs_open_latest(experts, &st, &run);
+    assert_non_null(strstr(run.config, "\"shared\":\"experts\""));
+    fm_store_run_clear(&run);
+    fm_store_close(&st);
+    size_t n_all = comigs_floats(FM_SHARED_ALL), n_experts = comigs_floats(FM_SHARED_EXPERTS);
+    assert_true(n_experts < n_all / 2);
+    double up_all = upload_per_client(all), up_experts = upload_per_client(experts);
+    if (up_all < 4.0 * n_all || up_all > 4.0 * n_all + 4096 || up_experts < 4.0 * n_experts ||
+        up_experts > 4.0 * n_experts + 4096)
+        fail_msg("uploads of %.0f / %.0f bytes a client for %zu / %zu averaged floats", up_all, up_experts, n_all,
+                 n_experts);
+}
+
 static void test_federated_comigs(void **state)
 {
     (void)state;
     char db[512], cmd[1024], *out;
     double loss1;
-    run_strategy("comigs", 2, "", db, &loss1);
+    run_strategy("comigs", "", 2, "", db, &loss1);
     /* fedmoe-history shows the losses of a text run in bits per byte */
     snprintf(cmd, sizeof cmd, "%s --db %s rounds", BIN("server/fedmoe-history"), db);
     assert_int_equal(procs_capture(cmd, &out), 0);
@@ -89,6 +143,7 @@ static void test_federated_comigs(void **state)
     assert_int_equal(sscanf(row, "%d %d %d %d %lf %lf", &round, &sel, &comp, &drop, &train, &test), 6);
     assert_true(fabs(test - loss1 / log(2.0)) < 1e-3);
     free(out);
+    check_experts_only(db);
 }
 
 static void test_federated_fedavg_and_local(void **state)
@@ -97,7 +152,7 @@ static void test_federated_fedavg_and_local(void **state)
     char db[512];
     double loss1;
     /* rounds before the last evaluate 5 windows of each split; the last, all */
-    run_strategy("fedavg", 3, "--eval-sample 5", db, &loss1);
+    run_strategy("fedavg", "", 3, "--eval-sample 5", db, &loss1);
     fm_round_row_t *r;
     fm_client_round_row_t *cr;
     int nr, nc;
@@ -113,7 +168,7 @@ static void test_federated_fedavg_and_local(void **state)
     }
     free(r);
     free(cr);
-    run_strategy("local", 2, "--hosting virtual", db, &loss1); /* (text in a virtual host: one corpus for its clients) */
+    run_strategy("local", "", 2, "--hosting virtual", db, &loss1); /* (text in a virtual host: one corpus for its clients) */
 }
 
 static void test_standalone(void **state)

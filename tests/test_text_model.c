@@ -16,6 +16,7 @@
 
 #include "fedmoe/model.h"
 #include "fedmoe/rng.h"
+#include "fedmoe/runspec.h"
 #include "gradcheck.h"
 
 #define WINDOWS 3
@@ -202,12 +203,46 @@ static void test_groups(void **state)
     fm_model_destroy(&m);
 }
 
+/* --shared experts: only the generalist experts are shared (what comigs
+ * averages); embeddings, attention and norms join the client's local group,
+ * drawn from its own stream; fedavg still averages all but the gating. */
+static void test_groups_experts_only(void **state)
+{
+    (void)state;
+    fm_model_config_t c;
+    small_config(&c, true);
+    c.shared = FM_SHARED_EXPERTS;
+    fm_model_t *a = NULL, *b = NULL;
+    assert_int_equal(fm_model_new(&a, &c, 7, fm_rng_stream(FM_STREAM_LOCAL, 0)), FM_OK);
+    assert_int_equal(fm_model_new(&b, &c, 7, fm_rng_stream(FM_STREAM_LOCAL, 1)), FM_OK);
+    fm_params_t *pa = fm_model_params(a), *pb = fm_model_params(b);
+    size_t generalist = 0;
+    for (int i = 0; i < pa->count; i++) {
+        const fm_param_t *p = &pa->params[i];
+        bool shared = p->role == FM_ROLE_GENERALIST;
+        assert_int_equal(p->group, shared ? FM_GROUP_SHARED : FM_GROUP_LOCAL);
+        assert_int_equal(fm_strategy_federates(FM_STRATEGY_COMIGS, p), shared);
+        assert_true(fm_strategy_federates(FM_STRATEGY_FEDAVG, p));
+        generalist += shared ? p->size : 0;
+        /* the same start for what is averaged, each client's own for the rest */
+        bool same = !memcmp(p->view->w, pb->params[i].view->w, sizeof(float) * p->size);
+        if (p->kind == FM_KIND_WEIGHT)
+            assert_int_equal(same, shared);
+    }
+    assert_int_equal(pa->groups[FM_GROUP_SHARED].size, generalist);
+    assert_int_equal(fm_federated_size(a, FM_STRATEGY_COMIGS), generalist);
+    assert_int_equal(fm_params_total(pa), (size_t)fm_model_config_parameters(&c));
+    fm_model_destroy(&a);
+    fm_model_destroy(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gradients_tied), cmocka_unit_test(test_gradients_untied),
         cmocka_unit_test(test_causal_mask),    cmocka_unit_test(test_router_level),
         cmocka_unit_test(test_groups),
+        cmocka_unit_test(test_groups_experts_only),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

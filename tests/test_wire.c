@@ -248,10 +248,18 @@ static void test_welcome_train_spec(void **state)
     s.train.lower.weight_decay = 0.02f;
     s.train.batch = 16;
     s.holdout = true;
+    s.model.shared = FM_SHARED_EXPERTS;
     assert_int_equal(fm_run_spec_finish(&s), FM_OK);
     fm_welcome_pb_t w;
     fm_run_spec_welcome(&s, "run-x", 2, 1, &w);
     assert_int_equal(fm_run_spec_from_welcome(&got, &w.welcome, s.model.specialists), FM_OK);
+    assert_int_equal(got.model.shared, FM_SHARED_EXPERTS);
+    /* what the shared group holds: a name it knows, "all" when empty (older coordinators) */
+    w.model.shared = "everything";
+    assert_int_equal(fm_run_spec_from_welcome(&got, &w.welcome, s.model.specialists), FM_ERR_FORMAT);
+    w.model.shared = "";
+    assert_int_equal(fm_run_spec_from_welcome(&got, &w.welcome, s.model.specialists), FM_OK);
+    assert_int_equal(got.model.shared, FM_SHARED_ALL);
     assert_float_equal(got.train.anchor, 5.0f, 0.0);
     assert_float_equal(got.train.lower.weight_decay, 0.02f, 0.0);
     assert_int_equal(got.train.batch, 16);

@@ -22,6 +22,7 @@ static const fm_model_family_t *const families[] = {&fm_family_image, &fm_family
 
 FM_ARG_ENUM_NAMES(fm_stem_kind, fm_stem_name, fm_stem_parse, "mlp", "cnn")
 FM_ARG_ENUM_NAMES(fm_model_family_kind, fm_family_name, fm_family_parse, "image", "text")
+FM_ARG_ENUM_NAMES(fm_shared_kind, fm_shared_name, fm_shared_parse, "all", "experts")
 
 void fm_model_config_default(fm_model_config_t *c)
 {
@@ -67,6 +68,7 @@ void fm_model_config_text(fm_model_config_t *c)
 fm_status fm_model_config_check(const fm_model_config_t *c)
 {
     FM_MODEL_REQUIRE((int)c->family >= 0 && (int)c->family < FAMILY_COUNT, "model: unknown family %d", (int)c->family);
+    FM_MODEL_REQUIRE(c->shared == FM_SHARED_ALL || c->shared == FM_SHARED_EXPERTS, "model: unknown shared kind %d", (int)c->shared);
     FM_MODEL_REQUIRE(c->d >= 2 && c->d <= 4096, "model: width d %d out of range", c->d);
     FM_MODEL_REQUIRE(c->blocks >= 0 && c->blocks <= 64, "model: blocks %d out of range", c->blocks);
     FM_MODEL_REQUIRE(c->generalists >= 0 && c->specialists >= 0 && c->generalists + c->specialists >= 1 &&
@@ -101,7 +103,8 @@ fm_status fm_model_add_param(fm_model_t *m, fm_view_t *view, fm_role role, fm_pa
     case FM_ROLE_ROUTER:
     case FM_ROLE_GATING: s.group = FM_GROUP_LOCAL; break;
     case FM_ROLE_PROMPT: s.group = FM_GROUP_PROMPT; break;
-    default: s.group = FM_GROUP_SHARED; break;
+    case FM_ROLE_GENERALIST: s.group = FM_GROUP_SHARED; break;
+    default: s.group = m->cfg.shared == FM_SHARED_EXPERTS ? FM_GROUP_LOCAL : FM_GROUP_SHARED; break;
     }
     s.level = role == FM_ROLE_ROUTER ? FM_LEVEL_UPPER : role == FM_ROLE_GATING ? m->gate_level : FM_LEVEL_LOWER;
     /* AdamW decay on the matrices, not on biases, norms, routers or the prompt */

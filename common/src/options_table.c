@@ -41,6 +41,16 @@ static void show_stem(const fm_options_t *o, char *buf, size_t cap)
     snprintf(buf, cap, "%s", fm_stem_name(o->spec->model.stem));
 }
 
+static fm_status set_shared(fm_options_t *o, const char *flag, const char *v)
+{
+    return fm_shared_parse(flag, v, &o->spec->model.shared);
+}
+
+static void show_shared(const fm_options_t *o, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", fm_shared_name(o->spec->model.shared));
+}
+
 /* --task text: the text model and, unless given, its data (the fortunes, a
  * language a client) and strategy (comigs; the prompt head is the image
  * task's). Flags given before it keep their values; flags after it override. */
@@ -84,6 +94,7 @@ static fm_status set_task(fm_options_t *o, const char *flag, const char *v)
     c->gating_on_validation = keep.gating_on_validation;
     c->tau = keep.tau;
     c->stem = keep.stem;
+    c->shared = keep.shared;
     return FM_OK;
 }
 
@@ -302,6 +313,10 @@ static const fm_option_t table[] = {
     /* the model */
     {"stem", 0, FM_OPT_CUSTOM, "mlp|cnn", 0, 0, S | C | M, 0, 0, 0, set_stem, show_stem, NULL, FM_OPT_G_MODEL,
      "the stem"},
+    {"shared", 0, FM_OPT_CUSTOM, "all|experts", 0, 0, S | M, 0, 0, 0, set_shared, show_shared, NULL, FM_OPT_G_MODEL,
+     "what comigs and full average besides the generalist experts: all\n"
+     "(stem or embeddings, attention, norms) or experts (nothing: those\n"
+     "stay on each client)"},
     {"context", 0, FM_OPT_INT, "T", 1, 4096, S | C | M, SPEC, R(model.context), NULL, NULL, NULL, FM_OPT_G_MODEL,
      "text: bytes of context"},
     {"generalists", 0, FM_OPT_INT, "G", 0, 64, S | C | M, SPEC, R(model.generalists), NULL, NULL, NULL,

@@ -138,7 +138,7 @@ size_t fm_run_spec_json(const fm_run_spec_t *s, char *buf, size_t cap)
         buf, cap,
         "{\"strategy\":\"%s\",\"seed\":%llu,\"dataset\":\"%s\",\"partition\":{\"scheme\":\"%s\",\"alpha\":%g,"
         "\"classes_per_client\":%d,\"min_samples\":%zu,\"count\":%d,\"holdout\":%s},"
-        "\"model\":{\"family\":\"%s\",\"context\":%d,\"untied\":%s,\"stem\":\"%s\",\"in_dim\":%d,\"classes\":%d,\"d\":%d,\"blocks\":%d,\"generalists\":%d,"
+        "\"model\":{\"family\":\"%s\",\"context\":%d,\"untied\":%s,\"shared\":\"%s\",\"stem\":\"%s\",\"in_dim\":%d,\"classes\":%d,\"d\":%d,\"blocks\":%d,\"generalists\":%d,"
         "\"specialists\":%d,\"ffn_hidden\":%d,\"top_k\":%d,\"lb_weight\":%g,\"generalist_importance\":%g,"
         "\"prompt_len\":%d,\"prompt_dim\":%d,\"text_hidden\":%d,\"heads\":%d,\"max_nonlocal\":%d,"
         "\"attn_scale\":%g,\"lambda\":%g,\"tau\":%g,\"gating\":%s,\"gating_on_validation\":%s},"
@@ -147,7 +147,7 @@ size_t fm_run_spec_json(const fm_run_spec_t *s, char *buf, size_t cap)
         "\"aggregation\":{\"rule\":\"%s\",\"clip\":\"%s\"},\"eval_sample\":%d}",
         fm_strategy_name(s->strategy), (unsigned long long)s->seed, s->dataset, fm_partition_kind_name(s->part.kind),
         s->part.alpha, s->part.classes_per_client, s->part.min_samples, s->partition_count, s->holdout ? "true" : "false",
-        fm_family_name(c->family), c->context, c->untied ? "true" : "false", fm_stem_name(c->stem), c->in_dim, c->classes, c->d, c->blocks, c->generalists,
+        fm_family_name(c->family), c->context, c->untied ? "true" : "false", fm_shared_name(c->shared), fm_stem_name(c->stem), c->in_dim, c->classes, c->d, c->blocks, c->generalists,
         c->specialists, c->ffn_hidden, c->top_k, c->lb_weight, c->generalist_importance, c->prompt_len,
         c->prompt_dim, c->text_hidden, c->heads, c->max_nonlocal, c->attn_scale, c->lambda, c->tau,
         c->gating ? "true" : "false", c->gating_on_validation ? "true" : "false", s->train.batch,

@@ -36,6 +36,7 @@ static void spec_to_pb(const fm_run_spec_t *s, Fedmoe__ModelSpec *m, Fedmoe__Tra
     m->family = (char *)fm_family_name(c->family);
     m->context = (uint32_t)c->context;
     m->untied = c->untied;
+    m->shared = (char *)fm_shared_name(c->shared);
     fedmoe__train_spec__init(t);
     t->batch = (uint32_t)s->train.batch;
     t->expert_steps = (uint32_t)s->train.expert_steps;
@@ -95,6 +96,8 @@ fm_status fm_run_spec_from_welcome(fm_run_spec_t *s, const Fedmoe__Welcome *w, i
         return FM_ERR_FORMAT;
     c->context = CAP_INT(m->context, 4096);
     c->untied = m->untied;
+    if (fm_shared_parse("shared", m->shared && m->shared[0] ? m->shared : "all", &c->shared) != FM_OK)
+        return FM_ERR_FORMAT;
     c->d = CAP_INT(m->d, 4096);
     c->blocks = CAP_INT(m->blocks, 64);
     c->generalists = CAP_INT(m->generalists, 64);

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Prints the two Secrets docker/k8s/fedmoe.yaml mounts, with keys made here by
+# Prints the three Secrets docker/k8s/fedmoe.yaml mounts, with keys made here by
 # fedmoe-keygen (from PATH, build/, or the fedmoe image):
 #   fedmoe-coordinator  coordinator.key, coordinator.pub and c000.pub .. (its allow-list)
 #   fedmoe-clients      c000.key .. and coordinator.pub
+#   fedmoe-view         token: the browser view's (48 hex digits)
 #   docker/k8s/make-secrets.sh N | kubectl apply -f -
 # Every client pod of the Indexed Job mounts fedmoe-clients and uses its own
 # cNNN.key; give each client machine only its own key where they are not one
@@ -38,3 +39,5 @@ keys=()
 for ((i = 0; i < n; i++)); do id=$(printf 'c%03d' "$i"); pubs+=("$dir/$id.pub"); keys+=("$dir/$id.key"); done
 secret fedmoe-coordinator "$dir/coordinator.key" "$dir/coordinator.pub" "${pubs[@]}"
 secret fedmoe-clients "${keys[@]}" "$dir/coordinator.pub"
+od -An -N24 -tx1 /dev/urandom | tr -d ' \n' > "$dir/token"
+secret fedmoe-view "$dir/token"

@@ -33,6 +33,13 @@ typedef enum { FM_STEM_MLP = 0, FM_STEM_CNN = 1 } fm_stem_kind;
  * functions and never ask which family runs. */
 typedef enum { FM_FAMILY_IMAGE = 0, FM_FAMILY_TEXT = 1 } fm_model_family_kind;
 
+/* What the shared group (the part comigs and full average) holds besides the
+ * generalist experts: everything but the specialists, routers, gating and
+ * prompt (stem or embeddings, attention, norms: CoMiGS's grouping, the
+ * default), or nothing (the rest stays on the client, as in CoMiGS's LoRA
+ * experts over a frozen base). */
+typedef enum { FM_SHARED_ALL = 0, FM_SHARED_EXPERTS = 1 } fm_shared_kind;
+
 typedef struct {
     fm_model_family_kind family; /* image, or text (a byte-level causal language model) */
     int in_dim;            /* input features (784); for cnn, img_h * img_w */
@@ -53,6 +60,7 @@ typedef struct {
     int heads;             /* gating attention heads (8); text: self-attention heads (4) */
     int context;           /* text: bytes of context T (128) */
     bool untied;           /* text: an output layer of its own instead of the byte embedding */
+    fm_shared_kind shared; /* what the shared group holds (all) */
     int max_nonlocal;      /* K (4): non-local prompt experts at most */
     float attn_scale;      /* gating attention logit scale (10) */
     float lambda;          /* weight of the local cosine term (0.5) */
@@ -68,6 +76,10 @@ fm_status fm_family_parse(const char *flag, const char *name, fm_model_family_ki
  * d 128, 4 attention heads, 2 blocks, context 128, tied output; the expert
  * settings as for images. */
 void fm_model_config_text(fm_model_config_t *c);
+
+/* "all" or "experts", and the inverse (FM_ERR_ARG with a reason naming flag). */
+const char *fm_shared_name(fm_shared_kind k);
+fm_status fm_shared_parse(const char *flag, const char *name, fm_shared_kind *out);
 
 /* Parses a stem name into *out: "mlp" or "cnn"; FM_ERR_ARG with a reason naming
  * flag (fm_error_last) otherwise. */
