@@ -197,6 +197,9 @@ static void test_refusals(void **state)
     char a[1024];
     snprintf(a, sizeof a, "%s --task text --strategy full --insecure --partitions 3 --db %s/r.db", BIN("server/fedmoe-server"), dir);
     procs_expect_refusal(a, "needs the prompt head");
+    snprintf(a, sizeof a, "%s --task text --strategy fedavg --shared experts --insecure --partitions 3 --db %s/r.db",
+             BIN("server/fedmoe-server"), dir);
+    procs_expect_refusal(a, "--shared experts changes what comigs and full average; strategy fedavg averages every");
     snprintf(a, sizeof a, "%s --standalone --task text --dataset fmnist --epochs 1", BIN("client/fedmoe-client"));
     procs_expect_refusal(a, "reads text");
     snprintf(a, sizeof a, "%s --standalone --dataset fortunes:ga --epochs 1", BIN("client/fedmoe-client"));

@@ -266,6 +266,8 @@ static void test_welcome_train_spec(void **state)
     assert_true(got.holdout);
 
     s.strategy = FM_STRATEGY_FEDAVG;
+    assert_int_equal(fm_run_spec_finish(&s), FM_ERR_ARG); /* (--shared experts: comigs and full only) */
+    s.model.shared = FM_SHARED_ALL;
     assert_int_equal(fm_run_spec_finish(&s), FM_OK);
     assert_float_equal(s.train.anchor, 0.0f, 0.0);
 

@@ -6,7 +6,8 @@ client library), against fedmoe-history serve on a run being written.
 Checks: the runs list shows the live run; the run page's chart has one point
 per committed round; a round committed later appears without a reload; a
 round's clients table sorts by a clicked column (both ways); two runs overlay
-on one page. Screenshots go to ARTIFACTS (default BIN/test-artifacts).
+on one page; on a phone's width (390 px) the run page and a round's clients fit
+the screen. Screenshots go to ARTIFACTS (default BIN/test-artifacts).
 
     tests/view_page.py BIN [ARTIFACTS]      (exit 77: no chromium here)
 """
@@ -177,6 +178,23 @@ def main():
         wait_for("two runs' lines", lambda: driver.js(
             "const c = document.querySelector('#charts .chart'); return c ? c.querySelectorAll('polyline').length : 0") == 4)
         driver.shot("runs-overlaid.png")
+
+        # a phone's screen (390 x 844 CSS pixels): the run page and a round's
+        # clients fit its width (a wide table scrolls in its own box), the charts
+        # are drawn at the screen's width
+        driver.s("POST", "/window/rect", {"width": 390, "height": 844})
+        fits = "return document.documentElement.scrollWidth <= window.innerWidth + 1"
+        driver.go(base + "#/run/" + second)
+        wait_for("the chart on a phone", lambda: driver.js(POINTS))
+        assert driver.js(fits), ("run page wider than the phone", driver.js(
+            "return [document.documentElement.scrollWidth, window.innerWidth]"))
+        width = driver.js("return document.querySelector('#charts .chart').getBoundingClientRect().width")
+        assert 250 <= width <= driver.js("return window.innerWidth"), width
+        driver.shot("run-phone.png")
+        driver.go(base + "#/run/" + second + "/round/2")
+        wait_for("the clients table on a phone", lambda: len(driver.js(COLUMN, 0)) == 4)
+        assert driver.js(fits), "a round's clients wider than the phone"
+        driver.shot("round-clients-phone.png")
         print("view_page: ok; screenshots in " + ART)
         return 0
     finally:

@@ -316,7 +316,7 @@ static const fm_option_t table[] = {
     {"shared", 0, FM_OPT_CUSTOM, "all|experts", 0, 0, S | M, 0, 0, 0, set_shared, show_shared, NULL, FM_OPT_G_MODEL,
      "what comigs and full average besides the generalist experts: all\n"
      "(stem or embeddings, attention, norms) or experts (nothing: those\n"
-     "stay on each client)"},
+     "stay on each client; with comigs or full only)"},
     {"context", 0, FM_OPT_INT, "T", 1, 4096, S | C | M, SPEC, R(model.context), NULL, NULL, NULL, FM_OPT_G_MODEL,
      "text: bytes of context"},
     {"generalists", 0, FM_OPT_INT, "G", 0, 64, S | C | M, SPEC, R(model.generalists), NULL, NULL, NULL,

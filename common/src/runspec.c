@@ -96,6 +96,12 @@ fm_status fm_run_spec_finish(fm_run_spec_t *s)
     fm_status st = fm_model_config_check(&s->model);
     if (st != FM_OK)
         return st;
+    if (s->model.shared == FM_SHARED_EXPERTS && s->strategy != FM_STRATEGY_COMIGS && s->strategy != FM_STRATEGY_FULL) {
+        fm_error_set("--shared experts changes what comigs and full average; strategy %s %s",
+                     fm_strategy_name(s->strategy),
+                     s->strategy == FM_STRATEGY_LOCAL ? "averages nothing" : "averages every expert and router");
+        return FM_ERR_ARG;
+    }
     if (!fm_model_config_has_head(&s->model) && fm_strategy_uses_pool(s->strategy)) {
         fm_error_set("strategy %s needs the prompt head of the image task; text runs use local, fedavg or comigs",
                      fm_strategy_name(s->strategy));
