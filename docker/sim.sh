@@ -83,11 +83,13 @@ token=""
 stopped=0
 stop() { stopped=1; echo; echo "sim.sh: stopping the stack"; dc stop -t 30 >/dev/null 2>&1 || true; }
 trap stop INT TERM
+# (follow takes a run that ends before it first looks, from this time on)
+after=$(date -u +%Y-%m-%dT%H:%M:%S.%3NZ)
 services=(coordinator client)
 ((view)) && services+=(view)
 dc up -d --scale client="$clients" "${services[@]}" 2>"$err" || fail_start "the stack did not start"
 echo "sim.sh: coordinator and $clients clients in containers ($image), $rounds rounds"
-dc run --rm -T history follow --resume-wait 120 2>/dev/null &
+dc run --rm -T history follow --resume-wait 120 --after "$after" 2>/dev/null &
 follow=$!
 ((view)) && echo "sim.sh: the run in a browser: http://localhost:${FEDMOE_VIEW_PORT:-8080}/?token=$token (while the stack runs)"
 # a coordinator that keeps failing (a bad setting, a damaged database) ends the job with its reason

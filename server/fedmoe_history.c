@@ -49,20 +49,32 @@ static void usage(FILE *f)
             "                                ?token= (open the page as http://HOST:PORT/?token=...)\n"
             "  --resume-wait S               follow: a run stopped before its end (its coordinator\n"
             "                                restarting) is waited for S seconds to resume (default 0)\n"
+            "  --after TIME                  follow: also the latest run if it ended at or after TIME\n"
+            "                                (UTC, 2026-12-06T03:02:00Z): one that began and ended\n"
+            "                                before follow first looked (docker/sim.sh passes its start)\n"
             "  -h, --help                    this text\n");
 }
+
+/* The command line's options (main's defaults). */
+typedef struct {
+    const char *db, *format, *table, *out, *listen, *token_file;
+    double resume_wait;
+    char after[32]; /* follow --after, as the log writes times ("" when not given) */
+} options_t;
 
 static volatile sig_atomic_t interrupted;
 static void on_signal(int sig) { interrupted = sig; }
 
 /* Prints the run's rounds as they come and its summary at its end; waits for
  * the database and the run to appear. */
-static int cmd_follow(const char *db, const char *run, double resume_wait)
+static int cmd_follow(const options_t *o, const char *run)
 {
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     fm_report_t r;
-    fm_report_begin(&r, db, run, true); /* (a run in progress is the one to follow) */
+    fm_report_begin(&r, o->db, run, true); /* (a run in progress is the one to follow) */
+    snprintf(r.after, sizeof r.after, "%s", o->after);
+    double resume_wait = o->resume_wait;
     char status[16] = "";
     double stopped_at = -1.0; /* when it was first seen stopped */
     while (!interrupted) {
@@ -424,29 +436,33 @@ static int cmd_plot(fm_store_t *st, const char *out, char **runs, int nruns)
     return rc;
 }
 
-/* Reads options up to the next argument; returns an exit status to stop with, or -1. */
-static int parse_options(int argc, char **argv, const struct option *opts, const char **db, const char **format,
-                         const char **table, const char **out, const char **listen, const char **token_file,
-                         double *resume_wait)
+/* Reads options up to the next argument into o; returns an exit status to stop with, or -1. */
+static int parse_options(int argc, char **argv, const struct option *opts, options_t *o)
 {
     int c;
     while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
         switch (c) {
-        case 'd': *db = optarg; break;
-        case 'f': *format = optarg; break;
-        case 't': *table = optarg; break;
-        case 'o': *out = optarg; break;
-        case 'l': *listen = optarg; break;
-        case 'k': *token_file = optarg; break;
+        case 'd': o->db = optarg; break;
+        case 'f': o->format = optarg; break;
+        case 't': o->table = optarg; break;
+        case 'o': o->out = optarg; break;
+        case 'l': o->listen = optarg; break;
+        case 'k': o->token_file = optarg; break;
         case 'w': {
             char *end;
-            *resume_wait = strtod(optarg, &end);
-            if (*end || end == optarg || !(*resume_wait >= 0.0 && *resume_wait <= 1e7)) {
+            o->resume_wait = strtod(optarg, &end);
+            if (*end || end == optarg || !(o->resume_wait >= 0.0 && o->resume_wait <= 1e7)) {
                 fprintf(stderr, "fedmoe-history: --resume-wait: '%s' is not a number of seconds\n", optarg);
                 return 2;
             }
             break;
         }
+        case 'a':
+            if (fm_clock_utc_parse(optarg, o->after) != FM_OK) {
+                fprintf(stderr, "fedmoe-history: --after: '%s' is not a UTC time like 2026-12-06T03:02:00Z\n", optarg);
+                return 2;
+            }
+            break;
         case 'h': usage(stdout); return 0;
         default: fprintf(stderr, "fedmoe-history: unknown or incomplete option '%s' (see --help)\n", argv[optind - 1]); return 2;
         }
@@ -461,12 +477,11 @@ int main(int argc, char **argv)
                                          {"resume-wait", required_argument, 0, 'w'},
                                          {"listen", required_argument, 0, 'l'},
                                          {"token-file", required_argument, 0, 'k'},
+                                         {"after", required_argument, 0, 'a'},
                                          {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
-    const char *db = "fedmoe.db", *format = "csv", *table = "rounds", *out = NULL, *listen = "127.0.0.1:8080",
-               *token_file = NULL;
-    double resume_wait = 0.0;
+    options_t o = {.db = "fedmoe.db", .format = "csv", .table = "rounds", .listen = "127.0.0.1:8080"};
     opterr = 0;
-    int rc = parse_options(argc, argv, opts, &db, &format, &table, &out, &listen, &token_file, &resume_wait);
+    int rc = parse_options(argc, argv, opts, &o);
     if (rc >= 0)
         return rc;
     if (optind >= argc) {
@@ -475,7 +490,7 @@ int main(int argc, char **argv)
     }
     const char *cmd = argv[optind++];
     /* options may also follow the command */
-    if ((rc = parse_options(argc, argv, opts, &db, &format, &table, &out, &listen, &token_file, &resume_wait)) >= 0)
+    if ((rc = parse_options(argc, argv, opts, &o)) >= 0)
         return rc;
     char **rest = argv + optind;
     int nrest = argc - optind;
@@ -485,11 +500,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "fedmoe-history: unknown command '%s' (runs, rounds, clients, export, plot, follow, check, serve)\n", cmd);
         return 2;
     }
-    if (strcmp(format, "csv") && strcmp(format, "json")) {
+    if (strcmp(o.format, "csv") && strcmp(o.format, "json")) {
         fprintf(stderr, "fedmoe-history: --format must be csv or json\n");
         return 2;
     }
-    if (strcmp(table, "rounds") && strcmp(table, "clients")) {
+    if (strcmp(o.table, "rounds") && strcmp(o.table, "clients")) {
         fprintf(stderr, "fedmoe-history: --table must be rounds or clients\n");
         return 2;
     }
@@ -499,7 +514,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "fedmoe-history: wrong arguments for '%s' (see --help)\n", cmd);
         return 2;
     }
-    if (!strcmp(cmd, "plot") && !out) {
+    if (!strcmp(cmd, "plot") && !o.out) {
         fprintf(stderr, "fedmoe-history: plot needs --out FILE.svg\n");
         return 2;
     }
@@ -514,11 +529,11 @@ int main(int argc, char **argv)
         round = (int)v;
     }
     if (!strcmp(cmd, "follow"))
-        return cmd_follow(db, nrest ? rest[0] : NULL, resume_wait);
+        return cmd_follow(&o, nrest ? rest[0] : NULL);
     if (!strcmp(cmd, "serve"))
-        return cmd_serve(db, listen, token_file);
+        return cmd_serve(o.db, o.listen, o.token_file);
     fm_store_t *st = NULL;
-    if (fm_store_open(&st, db, true) != FM_OK)
+    if (fm_store_open(&st, o.db, true) != FM_OK)
         return fail();
     if (!strcmp(cmd, "runs"))
         rc = cmd_runs(st);
@@ -529,9 +544,9 @@ int main(int argc, char **argv)
     else if (!strcmp(cmd, "clients"))
         rc = cmd_clients(st, round, nrest > 1 ? rest[1] : NULL);
     else if (!strcmp(cmd, "export"))
-        rc = cmd_export(st, !strcmp(format, "json"), !strcmp(table, "clients"), nrest ? rest[0] : NULL);
+        rc = cmd_export(st, !strcmp(o.format, "json"), !strcmp(o.table, "clients"), nrest ? rest[0] : NULL);
     else
-        rc = cmd_plot(st, out, rest, nrest);
+        rc = cmd_plot(st, o.out, rest, nrest);
     fm_store_close(&st);
     return rc;
 }

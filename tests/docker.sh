@@ -21,27 +21,41 @@ name=docker
 
 FEDMOE_PROJECT=$project "$src/docker/sim.sh" --clients 4 --rounds 3 > "$work/sim.out" 2>&1 &
 sim=$!
-wait_round 1 900
-# the view: sim.sh's address, the API read with the token, refused without it
-url=$(grep -oE 'http://localhost:[0-9]+/\?token=[0-9a-f]+' "$work/sim.out" | head -1)
-[[ -n $url ]] || fail "sim.sh printed no view address"
-port=${url#http://localhost:}
-# (beside the health check below: a run of 3 rounds ends in about 20 s)
-/usr/bin/python3 "$src/tests/view_probe.py" "${port%%/*}" "${url##*token=}" 3 1 4 > "$work/view.out" 2>&1 &
-probe=$!
-coord=$(dc ps -q coordinator)
-image=$(docker inspect -f '{{.Config.Image}}' "$coord")
-health=""
-for _ in $(seq 1 40); do
-  health=$(docker inspect -f '{{if .State.Health}}{{.State.Health.Status}}{{end}}' "$coord" 2>/dev/null)
-  [[ $health == healthy ]] && break
+# the coordinator's health and image, watched from its start (3 rounds may end
+# in 20 s, before the first round's line is printed)
+(
+  for _ in $(seq 1 900); do
+    c=$(dc ps -q coordinator 2>/dev/null)
+    if [[ -n $c ]]; then
+      [[ -s $work/image ]] || docker inspect -f '{{.Config.Image}}' "$c" > "$work/image" 2>/dev/null
+      [[ $(docker inspect -f '{{if .State.Health}}{{.State.Health.Status}}{{end}}' "$c" 2>/dev/null) == healthy ]] &&
+        { echo healthy > "$work/health"; exit 0; }
+    fi
+    kill -0 $sim 2>/dev/null || exit 1
+    sleep 1
+  done
+) &
+watch=$!
+# the view, once sim.sh printed its address: the API read with the token
+# during the run (round 1 committed), refused without it
+url=""
+for _ in $(seq 1 900); do
+  url=$(grep -oE 'http://localhost:[0-9]+/\?token=[0-9a-f]+' "$work/sim.out" | head -1)
+  [[ -n $url ]] && break
   kill -0 $sim 2>/dev/null || break
   sleep 1
 done
+[[ -n $url ]] || fail "sim.sh printed no view address"
+port=${url#http://localhost:}
+/usr/bin/python3 "$src/tests/view_probe.py" "${port%%/*}" "${url##*token=}" 3 1 4 > "$work/view.out" 2>&1 &
+probe=$!
+wait_round 1 900
 wait $probe || fail "the view during the run: $(cat "$work/view.out")"
 wait $sim; rc=$?
 [[ $rc -eq 0 ]] || fail "sim.sh exited with $rc"
-[[ $health == healthy ]] || fail "the coordinator was never reported healthy (last: '$health')"
+wait $watch
+[[ -s $work/health ]] || fail "the coordinator was never reported healthy"
+image=$(cat "$work/image")
 grep -q "rounds                     3 of 3" "$work/sim.out" || fail "the summary does not show 3 of 3 rounds"
 grep -q "^database: volume ${project}_data" "$work/sim.out" || fail "sim.sh does not name the volume"
 # the round log on the volume, read with the history container
@@ -69,21 +83,24 @@ help=$(docker run --rm "$image" fedmoe-server --help)
 
 # stopped mid-run (SIGTERM, as Ctrl-C does in a terminal: a background job here
 # ignores SIGINT), sim.sh stops the stack and exits 130; run again with the same
-# settings, the run resumes and finishes: still 1 run, rounds 1-3 once each
+# settings, the run resumes and finishes: still 1 run, rounds 1-8 once each
+# (8 rounds: the stop must come while it runs; without the view: --no-view)
 projects+=("$project-stop")
-FEDMOE_PROJECT=$project-stop "$src/docker/sim.sh" --image "$image" --clients 2 --rounds 3 > "$work/sim.out" 2>&1 &
+FEDMOE_PROJECT=$project-stop "$src/docker/sim.sh" --image "$image" --clients 2 --rounds 8 --no-view > "$work/sim.out" 2>&1 &
 sim=$!
 wait_round 1 300
 kill -TERM $sim
 wait $sim; rc=$?
 [[ $rc -eq 130 ]] && grep -q "sim.sh: stopping the stack" "$work/sim.out" || fail "stopped: rc $rc"
+! grep -q "the run in a browser" "$work/sim.out" || fail "--no-view printed a view address"
 [[ -z $(docker ps -q --filter "label=com.docker.compose.project=$project-stop") ]] || fail "containers still running after the stop"
-FEDMOE_PROJECT=$project-stop "$src/docker/sim.sh" --image "$image" --clients 2 --rounds 3 > "$work/sim.out" 2>&1 ||
-  fail "the resumed run: rc $?"
-grep -q "rounds                     3 of 3" "$work/sim.out" || fail "the resumed run's summary does not show 3 of 3"
 p_dc() { "${compose[@]}" -p "$project-stop" -f "$src/docker/compose.yml" run --rm -T history "$@" 2>/dev/null; }
+[[ $(p_dc runs | grep -c ' stopped ') -eq 1 ]] || fail "the run was not stopped mid-run: $(p_dc runs)"
+FEDMOE_PROJECT=$project-stop "$src/docker/sim.sh" --image "$image" --clients 2 --rounds 8 --no-view > "$work/sim.out" 2>&1 ||
+  fail "the resumed run: rc $?"
+grep -q "rounds                     8 of 8" "$work/sim.out" || fail "the resumed run's summary does not show 8 of 8"
 [[ $(p_dc runs | grep -c '^run-') -eq 1 ]] || fail "not 1 run after the resume: $(p_dc runs)"
-[[ $(p_dc export | tail -n +2 | cut -d, -f2 | tr '\n' ' ') == "1 2 3 " ]] || fail "rounds after the resume: $(p_dc export)"
+[[ $(p_dc export | tail -n +2 | cut -d, -f2 | tr '\n' ' ') == "$(seq -s ' ' 1 8) " ]] || fail "rounds after the resume: $(p_dc export)"
 
 # bad set-ups: one clear line each, exit 1
 bad() {  # bad WHAT EXPECTED-LINE sim.sh-ARGS...
@@ -99,8 +116,9 @@ bad "the image missing" "sim.sh: image fedmoe/fedmoe:no-such-tag is not on this 
   --image fedmoe/fedmoe:no-such-tag --clients 2 --rounds 2
 /usr/bin/python3 -c 'import socket, sys, time
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("0.0.0.0", int(sys.argv[1]))); s.listen(); time.sleep(60)' 5597 &
+s.bind(("0.0.0.0", int(sys.argv[1]))); s.listen(); time.sleep(900)' 5597 &
 holder=$!
+helpers+=("$holder")
 sleep 1
 FEDMOE_PORT=5597 bad "a taken port" "sim.sh: the stack did not start: port 5597 of this machine is taken" \
   --image "$image" --clients 2 --rounds 2

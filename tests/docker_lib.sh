@@ -10,7 +10,9 @@ work=$(mktemp -d "/tmp/fedmoe-test-$name-XXXXXX")
 if docker compose version >/dev/null 2>&1; then compose=(docker compose); else compose=(docker-compose); fi
 dc() { "${compose[@]}" -p "$project" -f "$src/docker/compose.yml" "$@"; }
 projects=("$project")  # every project the test made: removed with their volumes at the end
+helpers=()  # processes of the test's own (killed at the end)
 cleanup() {
+  ((${#helpers[@]})) && kill "${helpers[@]}" 2>/dev/null
   for p in "${projects[@]}"; do
     "${compose[@]}" -p "$p" -f "$src/docker/compose.yml" down -v --remove-orphans >/dev/null 2>&1
   done

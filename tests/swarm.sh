@@ -43,13 +43,14 @@ if [[ $(docker info -f '{{.Swarm.LocalNodeState}}') != active ]]; then
 fi
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 port=$(free_port) vport=$(free_port)
+after=$(date -u +%Y-%m-%dT%H:%M:%S.%3NZ)
 FEDMOE_IMAGE=$image FEDMOE_CLIENTS=4 FEDMOE_ROUNDS=3 FEDMOE_PORT=$port FEDMOE_VIEW_PORT=$vport \
   docker stack deploy -c "$src/docker/compose.yml" "$stack" >"$work/deploy.out" 2>&1 || fail "stack deploy: $(cat "$work/deploy.out")"
 [[ $(docker service inspect -f '{{.Spec.EndpointSpec.Mode}}' "${stack}_coordinator") == dnsrr ]] || fail "the coordinator is not dnsrr"
 # the round log, from the stack's volume (once its coordinator task made it), as fedmoe-sim shows it
 for _ in $(seq 1 300); do docker volume inspect "${stack}_data" >/dev/null 2>&1 && break; sleep 1; done
 docker volume inspect "${stack}_data" >/dev/null 2>&1 || fail "the stack made no data volume in 5 minutes"
-timeout 900 docker run --rm -v "${stack}_data:/data" "$image" fedmoe-history --db /data/fedmoe.db follow \
+timeout 900 docker run --rm -v "${stack}_data:/data" "$image" fedmoe-history --db /data/fedmoe.db follow --after "$after" \
   >"$work/follow.out" 2>&1 &
 follow=$!
 # meanwhile the coordinator's port answers on the host (host mode, no routing mesh)

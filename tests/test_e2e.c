@@ -63,6 +63,25 @@ static void history_check(const char *db)
     free(out);
 }
 
+/* follow, started after the run ended, waits for the next, unless --after
+ * names a time before the run's end: then it shows this one. */
+static void follow_after_the_end(const char *db, const fm_run_row_t *run)
+{
+    char cmd[2048], *out;
+    snprintf(cmd, sizeof cmd, "timeout 2 %s --db %s follow", BIN("server/fedmoe-history"), db);
+    assert_int_equal(procs_capture(cmd, &out), 124);
+    free(out);
+    char after[32];
+    snprintf(after, sizeof after, "%.19sZ", run->started_at); /* (also the form without milliseconds) */
+    snprintf(cmd, sizeof cmd, "timeout 20 %s --db %s follow --after %s", BIN("server/fedmoe-history"), db, after);
+    assert_int_equal(procs_capture(cmd, &out), 0);
+    assert_true(strstr(out, run->id) && strstr(out, "rounds                     3 of 3"));
+    free(out);
+    snprintf(cmd, sizeof cmd, "timeout 2 %s --db %s follow --after 2999-01-01T00:00:00Z", BIN("server/fedmoe-history"), db);
+    assert_int_equal(procs_capture(cmd, &out), 124);
+    free(out);
+}
+
 static void test_sim_and_history(void **state)
 {
     (void)state;
@@ -153,6 +172,7 @@ static void test_sim_and_history(void **state)
     assert_true(fread(head, 1, sizeof head - 1, f) > 0);
     fclose(f);
     assert_non_null(strstr(head, "<?xml"));
+    follow_after_the_end(db, &runs[0]);
     free(r);
     fm_store_run_clear(&runs[0]);
     free(runs);
@@ -489,7 +509,7 @@ static void test_bad_arguments(void **state)
         {"client/fedmoe-client", "--id 'bad id'"},    {"client/fedmoe-client", "--standalone --stem rnn"},
         {"client/fedmoe-sim", "--clients 0"},         {"client/fedmoe-sim", "--strategy x"},
         {"client/fedmoe-sim", "extra"},               {"server/fedmoe-history", "nosuchcommand"},
-        {"server/fedmoe-history", "--db /nonexistent/x.db runs"},
+        {"server/fedmoe-history", "--db /nonexistent/x.db runs"}, {"server/fedmoe-history", "follow --after 2026-12-06"},
         {"server/fedmoe-history", "clients abc"},     {"bench/fedmoe-bench", "train --steps 0"},
         {"server/fedmoe-history", "check extra"},     {"server/fedmoe-history", "follow --resume-wait x"},
         {"server/fedmoe-server", "--db /tmp/unused.db"}, /* no keys and not --insecure */

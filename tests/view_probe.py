@@ -3,9 +3,9 @@
 and a script would, for tests/docker.sh and tests/swarm.sh: with the token,
 /api/runs holds one run of PLANNED rounds, its rounds endpoint at least
 MIN_ROUNDS committed rounds with CLIENTS completed in round 1, and the page
-loads; without the token /api/ is 401. Waits up to 60 s for the view to
-answer (it may still wait for the coordinator's database). Exit 1 naming what
-is wrong.
+loads; without the token /api/ is 401. Waits up to 120 s for the view to
+answer (it may still wait for the coordinator's database) and for MIN_ROUNDS
+rounds. Exit 1 naming what is wrong.
   tests/view_probe.py PORT TOKEN PLANNED MIN_ROUNDS CLIENTS
 """
 import json
@@ -28,20 +28,28 @@ def get(path, auth=True):
         return e.code, e.read()
 
 
+def runs_and_rounds():
+    """(code, body, runs, rounds of the first run) as the view answers now."""
+    code, body = get("/api/runs")
+    runs = json.loads(body)["runs"] if code == 200 else []
+    if not runs:
+        return code, body, runs, []
+    rcode, rbody = get(f"/api/runs/{runs[0]['id']}/rounds")
+    return rcode, rbody, runs, json.loads(rbody)["rounds"] if rcode == 200 else []
+
+
 def main():
-    for _ in range(60):
+    code, body, runs, rounds = None, b"", [], []
+    for _ in range(120):
         try:
-            code, body = get("/api/runs")
-            if code != 200 or json.loads(body)["runs"]:
+            code, body, runs, rounds = runs_and_rounds()
+            if code != 200 or len(rounds) >= min_rounds:
                 break
         except OSError as e:
             code, body = None, str(e).encode()
         time.sleep(1)
-    assert code == 200, f"/api/runs with the token: {code} {body[:200]!r}"
-    runs = json.loads(body)["runs"]
+    assert code == 200, f"the view with the token: {code} {body[:200]!r}"
     assert len(runs) == 1 and runs[0]["rounds_planned"] == planned, f"runs: {runs}"
-    code, body = get(f"/api/runs/{runs[0]['id']}/rounds")
-    rounds = json.loads(body)["rounds"] if code == 200 else []
     assert len(rounds) >= min_rounds and rounds[0]["round"] == 1 and rounds[0]["completed"] == clients, \
         f"rounds ({code}): {rounds}"
     code, body = get("/api/runs", auth=False)

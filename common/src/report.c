@@ -86,7 +86,8 @@ static void print_rounds(fm_report_t *r, const fm_round_row_t *rr, int n)
                100.0 * rr[r->shown].test_accuracy, rr[r->shown].seconds);
 }
 
-/* Finds the run to follow: the given one, or the first newer than `before`. */
+/* Finds the run to follow: the given one, or the first newer than `before`,
+ * or (with `after`) the latest if it ended at or after that time. */
 static bool find_run(fm_report_t *r)
 {
     if (r->run_id[0])
@@ -94,7 +95,9 @@ static bool find_run(fm_report_t *r)
     fm_run_row_t run;
     bool found = false;
     if (fm_store_latest_run(r->store, &run, &found) == FM_OK && found) {
-        if (strcmp(run.id, r->before) != 0)
+        bool ended_after = r->after[0] && strcmp(run.status, "running") != 0 && run.finished_at[0] &&
+                           strcmp(run.finished_at, r->after) >= 0;
+        if (strcmp(run.id, r->before) != 0 || ended_after)
             snprintf(r->run_id, sizeof r->run_id, "%s", run.id);
         fm_store_run_clear(&run);
     }

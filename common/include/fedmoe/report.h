@@ -15,6 +15,9 @@ typedef struct {
     fm_store_t *store;  /* opened read-only once the database exists */
     char before[64];    /* the latest run when the report began: not the one to follow */
     char run_id[64];    /* the run followed ("" until it appears) */
+    char after[32];     /* also the latest run if it ended at or after this UTC time
+                         * (fm_clock_utc's form; "" for none): a run that began and
+                         * ended before the report first looked */
     bool headed;        /* the run's header is printed */
     int shown;          /* rounds printed */
     double t0;          /* when the report began (the wall time of the summary) */
