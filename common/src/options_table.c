@@ -324,7 +324,8 @@ static const fm_option_t table[] = {
     {"specialists", 0, FM_OPT_INT, "S", 0, 63, S | C | M, SPEC, R(model.specialists), NULL, NULL, NULL,
      FM_OPT_G_MODEL, "specialist experts per block of each client; fedavg and pfedmoap\n"
      "need the same count on every client"},
-    {"blocks", 0, FM_OPT_INT, "L", 0, 64, C, SPEC, R(model.blocks), NULL, NULL, NULL, FM_OPT_G_MODEL, "MoE blocks"},
+    {"blocks", 0, FM_OPT_INT, "L", 0, 64, S | C | M, SPEC, R(model.blocks), NULL, NULL, NULL, FM_OPT_G_MODEL,
+     "blocks (image: MoE blocks; text: attention + MoE blocks)"},
     {"tau", 0, FM_OPT_FLOAT, "T", 0.01, 1000.0, S | C | M, SPEC, R(model.tau), NULL, NULL, NULL, FM_OPT_G_MODEL,
      "logit scale of the prompt head"},
     {"no-gating", 0, FM_OPT_CUSTOM, NULL, 0, 0, C, 0, 0, 0, set_no_gating, NULL, "", FM_OPT_G_MODEL,
