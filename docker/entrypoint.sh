@@ -33,6 +33,7 @@ set -eu
 KEYS_C=/keys/coordinator
 KEYS_K=/keys/clients
 KEYS_V=/keys/view
+DB=/data/fedmoe.db  # the coordinator's round log, on the data volume
 if [ -d /secrets/coordinator ] || [ -d /secrets/clients ] || [ -d /secrets/view ]; then
   # secrets are mounted readable by a group; the programs want key files only
   # their owner reads: private copies
@@ -105,7 +106,7 @@ make_keys() {
 
 run_coordinator() {
   [ -f "$KEYS_C/coordinator.key" ] || die "no coordinator key in $KEYS_C (run the keys service first)"
-  set -- --bind "tcp://*:5555" --db /data/fedmoe.db --key "$KEYS_C/coordinator.key" --allow "$KEYS_C/clients" \
+  set -- --bind "tcp://*:5555" --db "$DB" --key "$KEYS_C/coordinator.key" --allow "$KEYS_C/clients" \
          --partitions "$clients" --min-clients "${FEDMOE_MIN_CLIENTS:-$clients}" --rounds "${FEDMOE_ROUNDS:-10}" "$@"
   [ -n "${FEDMOE_STRATEGY:-}" ] && set -- "$@" --strategy "$FEDMOE_STRATEGY"
   config=${FEDMOE_CONFIG:-/etc/fedmoe/fedmoe-server.conf}
@@ -125,12 +126,11 @@ view_token() {
 # the container, every address (published by the stack), with the token.
 run_view() {
   token=$(view_token)
-  db=/data/fedmoe.db
-  if [ ! -f "$db" ]; then
-    echo "fedmoe-entrypoint: view: waiting for the coordinator's database $db"
-    while [ ! -f "$db" ]; do sleep 1; done
+  if [ ! -f "$DB" ]; then
+    echo "fedmoe-entrypoint: view: waiting for the coordinator's database $DB"
+    while [ ! -f "$DB" ]; do sleep 1; done
   fi
-  exec fedmoe-history --db "$db" serve --listen 0.0.0.0:8080 --token-file "$token" "$@"
+  exec fedmoe-history --db "$DB" serve --listen 0.0.0.0:8080 --token-file "$token" "$@"
 }
 
 # This container's client id: FEDMOE_CLIENT_ID, or the slot it claimed before
@@ -175,16 +175,13 @@ run_client() {
 # Alive while a fedmoe program runs in the container (and, for the
 # coordinator, port 5555 is listening: 15B3 in /proc/net/tcp*; for the view,
 # port 8080: 1F90).
+listening() { grep -q ":$1 [0-9A-F:]* 0A " /proc/net/tcp /proc/net/tcp6 2>/dev/null; }  # (hex port)
 health() {
   for c in /proc/[0-9]*/comm; do
     case "$(cat "$c" 2>/dev/null)" in
-      fedmoe-server)
-        grep -q ':15B3 [0-9A-F:]* 0A ' /proc/net/tcp /proc/net/tcp6 2>/dev/null && exit 0
-        exit 1 ;;
+      fedmoe-server) listening 15B3 && exit 0; exit 1 ;;
       fedmoe-client) exit 0 ;;
-      fedmoe-history)
-        grep -q ':1F90 [0-9A-F:]* 0A ' /proc/net/tcp /proc/net/tcp6 2>/dev/null && exit 0
-        exit 1 ;;
+      fedmoe-history) listening 1F90 && exit 0; exit 1 ;;
     esac
   done
   exit 1

@@ -77,8 +77,6 @@ fail_start() {
 }
 dc run --rm keys 2>"$err" || fail_start "the keys could not be made"
 token=""
-# (read before the stack starts: the follow below must start with it, or a short
-# run may end before it looks)
 ((view)) && { token=$(dc run --rm -T view token 2>"$err") || fail_start "the view's token could not be read"; }
 stopped=0
 stop() { stopped=1; echo; echo "sim.sh: stopping the stack"; dc stop -t 30 >/dev/null 2>&1 || true; }

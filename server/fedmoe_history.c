@@ -74,7 +74,6 @@ static int cmd_follow(const options_t *o, const char *run)
     fm_report_t r;
     fm_report_begin(&r, o->db, run, true); /* (a run in progress is the one to follow) */
     snprintf(r.after, sizeof r.after, "%s", o->after);
-    double resume_wait = o->resume_wait;
     char status[16] = "";
     double stopped_at = -1.0; /* when it was first seen stopped */
     while (!interrupted) {
@@ -85,7 +84,7 @@ static int cmd_follow(const options_t *o, const char *run)
         else if (strcmp(status, "stopped"))
             stopped_at = -1.0;
         if (status[0] && strcmp(status, "running") &&
-            !(stopped_at >= 0.0 && fm_clock_seconds() - stopped_at < resume_wait))
+            !(stopped_at >= 0.0 && fm_clock_seconds() - stopped_at < o->resume_wait))
             break;
         usleep(500000);
     }

@@ -14,8 +14,6 @@
 
 /* ---- JSON ------------------------------------------------------------------------ */
 
-#define jstr fm_view_json_str
-
 void fm_view_json_str(FILE *f, const char *s)
 {
     fputc('"', f);
@@ -54,7 +52,7 @@ static void knum(FILE *f, bool *first, const char *k, double v)
 static void kstr(FILE *f, bool *first, const char *k, const char *v)
 {
     key(f, first, k);
-    jstr(f, v);
+    fm_view_json_str(f, v);
 }
 
 static void run_json(FILE *f, const fm_run_row_t *r, const fm_round_row_t *last)
@@ -135,7 +133,7 @@ static void error(answer_t *a, int status, const char *why)
 {
     a->status = status;
     fputs("{\"error\":", a->f);
-    jstr(a->f, why);
+    fm_view_json_str(a->f, why);
     fputc('}', a->f);
 }
 
@@ -259,9 +257,9 @@ static void rounds(answer_t *a, fm_store_t *st, const fm_run_row_t *run, fm_view
     }
     int shown = page_rows(&p, n);
     fprintf(a->f, "{\"run\":");
-    jstr(a->f, run->id);
+    fm_view_json_str(a->f, run->id);
     fprintf(a->f, ",\"status\":");
-    jstr(a->f, run->status);
+    fm_view_json_str(a->f, run->status);
     fputs(",\"rounds\":[", a->f);
     for (int i = 0; i < shown; i++) {
         fputs(i ? "," : "", a->f);
@@ -383,7 +381,7 @@ static void round_clients(answer_t *a, fm_store_t *st, const fm_run_row_t *run, 
     }
     qsort_r(c, (size_t)n, sizeof *c, cmp_clients, &s);
     fprintf(a->f, "{\"run\":");
-    jstr(a->f, run->id);
+    fm_view_json_str(a->f, run->id);
     fprintf(a->f, ",\"round\":%ld,\"total\":%d,\"offset\":%ld,\"clients\":[", round, n, offset);
     for (long i = offset; i < n && i < offset + limit; i++) {
         fputs(i > offset ? "," : "", a->f);
@@ -413,9 +411,9 @@ static void client_history(answer_t *a, fm_store_t *st, const fm_run_row_t *run,
     }
     int shown = page_rows(&p, n);
     fprintf(a->f, "{\"run\":");
-    jstr(a->f, run->id);
+    fm_view_json_str(a->f, run->id);
     fputs(",\"client\":", a->f);
-    jstr(a->f, client);
+    fm_view_json_str(a->f, client);
     fputs(",\"rounds\":[", a->f);
     for (int i = 0; i < shown; i++) {
         fputs(i ? "," : "", a->f);

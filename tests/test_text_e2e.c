@@ -25,6 +25,18 @@ static char dir[256];
 /* A small run: the Irish and Esperanto fortunes (the smallest packages), windows of 32 bytes. */
 #define SMALL "--dataset fortunes:ga,eo --context 32 --batch 8"
 
+/* Fails unless the configuration the latest run of db logged contains want. */
+static void assert_config_has(const char *db, const char *want)
+{
+    fm_store_t *st;
+    fm_run_row_t run;
+    procs_open_latest(db, &st, &run);
+    if (!strstr(run.config, want))
+        fail_msg("%s's run config lacks %s: %s", db, want, run.config);
+    fm_store_run_clear(&run);
+    fm_store_close(&st);
+}
+
 /* Runs strategy for `rounds` rounds (with the further flags `extra`), its
  * round log and working folder named by strategy and tag; the log's path into
  * db (512 bytes); the first round's test loss (nats a byte) into *loss1. */
@@ -67,12 +79,7 @@ static void run_strategy(const char *strategy, const char *tag, int rounds, cons
     }
     free(r);
     free(cr);
-    fm_store_t *st;
-    fm_run_row_t run;
-    procs_open_latest(db, &st, &run);
-    assert_non_null(strstr(run.config, "\"family\":\"text\",\"context\":32"));
-    fm_store_run_clear(&run);
-    fm_store_close(&st);
+    assert_config_has(db, "\"family\":\"text\",\"context\":32");
 }
 
 /* A client's upload in round 1 of the run logged in db, in bytes. */
@@ -111,12 +118,7 @@ static void check_experts_only(const char *all)
     char experts[512];
     double loss1;
     run_strategy("comigs", "-experts", 2, "--shared experts", experts, &loss1);
-    fm_store_t *st;
-    fm_run_row_t run;
-    procs_open_latest(experts, &st, &run);
-    assert_non_null(strstr(run.config, "\"shared\":\"experts\""));
-    fm_store_run_clear(&run);
-    fm_store_close(&st);
+    assert_config_has(experts, "\"shared\":\"experts\"");
     size_t n_all = comigs_floats(FM_SHARED_ALL), n_experts = comigs_floats(FM_SHARED_EXPERTS);
     assert_true(n_experts < n_all / 2);
     double up_all = upload_per_client(all), up_experts = upload_per_client(experts);
