@@ -8,6 +8,8 @@
 # from the first round's opening to the end, divided by the rounds), and the
 # median time between rounds (a round's aggregation to the next one's opening:
 # the commit to the round log, the selection) and its share of a round.
+# INSECURE=1 runs both without CURVE (plain TCP, no allow-list): the
+# coordinator's own cost per client, without the crypto's.
 #   bench/scale.sh [BUILD=build] [NS="10 100 1000"] [ROUNDS=5] [STRATEGY=full] [SPREAD=0]
 set -euo pipefail
 build=${1:-build} ns=${2:-10 100 1000} rounds=${3:-5} strategy=${4:-full} spread=${5:-0}
@@ -18,13 +20,18 @@ trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 mkdir "$work/keys" "$work/server"
 chmod 700 "$work/keys" "$work/server"
 "$bin/server/fedmoe-keygen" --out "$work/server" coordinator >/dev/null
+if [[ ${INSECURE:-0} == 1 ]]; then
+  server_auth=(--insecure) client_auth=(--insecure)
+else
+  server_auth=(--key "$work/server/coordinator.key" --allow "$work/keys")
+  client_auth=(--keys "$work/keys" --server-key "$work/server/coordinator.pub")
+fi
 port=$((20000 + RANDOM % 10000)) # (below the ephemeral range, which thousands of clients use)
 printf '| clients | peak RSS | RSS / model | median round | CPU per round | CPU per client-round | between rounds |\n|--:|--:|--:|--:|--:|--:|--:|\n'
 for n in $ns; do
   "$bin/bench/fedmoe-loadgen" --keys "$work/keys" --clients "$n" --make-keys
   db=$work/scale-$n.db
-  "$bin/server/fedmoe-server" --bind "tcp://127.0.0.1:$port" --db "$db" --key "$work/server/coordinator.key" \
-    --allow "$work/keys" --rounds "$rounds" --min-clients "$n" --partitions "$n" --strategy "$strategy" \
+  "$bin/server/fedmoe-server" --bind "tcp://127.0.0.1:$port" --db "$db" "${server_auth[@]}" --rounds "$rounds" --min-clients "$n" --partitions "$n" --strategy "$strategy" \
     --max-connections $((n + 64)) > "$work/server-$n.log" 2>&1 &
   server=$!
   sleep 0.5
@@ -32,8 +39,7 @@ for n in $ns; do
   loadgens=()
   for ((first = 0; first < n; first += 1000)); do
     "$bin/bench/fedmoe-loadgen" --connect "tcp://127.0.0.1:$port" --first $first \
-      --clients $((n - first < 1000 ? n - first : 1000)) --keys "$work/keys" \
-      --server-key "$work/server/coordinator.pub" --spread "$spread" > "$work/loadgen-$n-$first.log" 2>&1 &
+      --clients $((n - first < 1000 ? n - first : 1000)) "${client_auth[@]}" --spread "$spread" > "$work/loadgen-$n-$first.log" 2>&1 &
     loadgens+=($!)
   done
   hwm=0 cpu=0 cpu0=
@@ -67,4 +73,4 @@ print(f"| {n:,} | {mb:.0f} MB | {hwm * 1024 / (4 * model):.0f} | {statistics.med
 PY
   port=$((port + 1))
 done
-echo "(model: $(sed -n 's/.*federated vector \([0-9]*\) floats.*/\1/p' "$work"/loadgen-*.log | head -1) floats; strategy $strategy, $rounds rounds, spread ${spread} s; commit $(git -C "$root" describe --always --dirty))"
+echo "(model: $(sed -n 's/.*federated vector \([0-9]*\) floats.*/\1/p' "$work"/loadgen-*.log | head -1) floats; strategy $strategy, $rounds rounds, spread ${spread} s; $([[ ${INSECURE:-0} == 1 ]] && echo "no CURVE" || echo CURVE); commit $(git -C "$root" describe --always --dirty))"
