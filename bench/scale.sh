@@ -14,7 +14,7 @@
 set -euo pipefail
 build=${1:-build} ns=${2:-10 100 1000} rounds=${3:-5} strategy=${4:-full} spread=${5:-0}
 root=$(cd "$(dirname "$0")/.." && pwd)
-bin=$root/$build
+bin=$root/$build; [[ $build == /* ]] && bin=$build
 work=$(mktemp -d /tmp/fedmoe-bench-scale-XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 mkdir "$work/keys" "$work/server"

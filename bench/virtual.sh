@@ -13,7 +13,7 @@
 set -euo pipefail
 build=${1:-build} n=${2:-1000} fraction=${3:-0.1} rounds=${4:-5} part=${5:---pathological 2}
 root=$(cd "$(dirname "$0")/.." && pwd)
-bin=$root/$build
+bin=$root/$build; [[ $build == /* ]] && bin=$build
 work=$(mktemp -d /tmp/fedmoe-bench-virtual-XXXXXX)
 # (the hosts run under time(1): their children are stopped too; KEEP_WORK=1 keeps the folder)
 trap 'for j in $(jobs -p); do pkill -P "$j" 2>/dev/null; kill "$j" 2>/dev/null; done; wait;
