@@ -1,6 +1,7 @@
 /* fedmoe-bench: performance measurements that print one JSON line each.
  *
- *   fedmoe-bench train [--task image|text] [--stem mlp|cnn] [--batch B] [--steps N] [--repeats R] [--threads T]
+ *   fedmoe-bench train [--task image|text] [--stem mlp|cnn] [--batch B] [--context T] [--steps N] [--repeats R]
+ *                      [--threads T]
  *
  * train: local training throughput of the default model (lower-level steps, the
  * full backward, with K non-local prompts so the gating runs) on synthetic
@@ -82,13 +83,13 @@ static fm_dataset_t synthetic(const fm_model_config_t *mc, size_t n, fm_rng_t *r
 static int bench_train(int argc, char **argv)
 {
     static const struct option opts[] = {{"stem", required_argument, 0, 's'}, {"batch", required_argument, 0, 'b'},
-                                         {"task", required_argument, 0, 'k'},
+                                         {"task", required_argument, 0, 'k'}, {"context", required_argument, 0, 'c'},
                                          {"steps", required_argument, 0, 'n'}, {"repeats", required_argument, 0, 'r'},
                                          {"threads", required_argument, 0, 't'}, {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     fm_model_config_t mc;
     fm_model_config_default(&mc);
-    int batch = 32, steps = 200, repeats = 5, threads = 1, c;
+    int batch = 32, steps = 200, repeats = 5, threads = 1, context = 0, c;
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -100,11 +101,12 @@ static int bench_train(int argc, char **argv)
                 fm_model_config_text(&mc);
             break;
         case 'b': st = fm_arg_int("--batch", optarg, 1, 4096, &batch); break;
+        case 'c': st = fm_arg_int("--context", optarg, 1, 4096, &context); break;
         case 'n': st = fm_arg_int("--steps", optarg, 1, 1000000, &steps); break;
         case 'r': st = fm_arg_int("--repeats", optarg, 1, 1000, &repeats); break;
         case 't': st = fm_arg_int("--threads", optarg, 1, 256, &threads); break;
         case 'h':
-            printf("usage: fedmoe-bench train [--task image|text] [--stem mlp|cnn] [--batch 32] [--steps 200] "
+            printf("usage: fedmoe-bench train [--task image|text] [--stem mlp|cnn] [--batch 32] [--context T (text)] [--steps 200] "
                    "[--repeats 5] [--threads 1]\n");
             return 0;
         default:
@@ -116,6 +118,12 @@ static int bench_train(int argc, char **argv)
             return 2;
         }
     }
+    if (context && mc.family != FM_FAMILY_TEXT) {
+        fprintf(stderr, "fedmoe-bench: --context is for --task text\n");
+        return 2;
+    }
+    if (context)
+        mc.context = context;
     fm_kernels_set_threads(threads);
     fm_model_t *m = NULL;
     fm_trainer_t *t = NULL;

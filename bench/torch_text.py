@@ -2,14 +2,14 @@
 """The fedmoe text model in PyTorch, for the training-throughput comparison.
 
 Same architecture and sizes as common/src/model_text.c (docs/model.md "The text
-model"): byte and position embeddings (d 128, context 128), 2 blocks of
+model"): byte and position embeddings (d 128, context 32 by default), 2 blocks of
 pre-LayerNorm causal self-attention (4 heads, one stacked QKV projection) and
 the MoE layer of bench/torch_model.py (1 generalist + 2 specialists, top-2,
 load balancing), final LayerNorm, output tied to the byte embedding, next-byte
-cross-entropy. One lower-level AdamW step per batch of 32 windows of random
+cross-entropy. One lower-level AdamW step per batch of windows of random
 bytes, single thread; prints one JSON line like fedmoe-bench train --task text.
 
-    python3 bench/torch_text.py [--batch 32] [--steps 20] [--repeats 5] [--threads 1]
+    python3 bench/torch_text.py [--batch 32] [--context 32] [--steps 20] [--repeats 5] [--threads 1]
 """
 import argparse
 import json
@@ -20,7 +20,8 @@ import torch.nn.functional as F
 
 from torch_model import Block, D, LB_W, L, median_rate
 
-T, HEADS, V = 128, 4, 256
+HEADS, V = 4, 256
+T = 32  # (the context: --context)
 
 
 class Attention(nn.Module):
@@ -68,10 +69,13 @@ class TextModel(nn.Module):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--context", type=int, default=T)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args()
+    global T
+    T = a.context
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
     model = TextModel()

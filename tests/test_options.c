@@ -82,6 +82,37 @@ static void test_client_flags(void **state)
     assert_int_equal(o.threads, 2);
 }
 
+/* --task text sets the text model's defaults and its budget; the model's flags
+ * win whether they come before or after it. */
+static void test_text_task_defaults_and_flags(void **state)
+{
+    (void)state;
+    fm_options_t o;
+    fm_run_spec_t spec;
+    const char *plain[] = {"--task", "text", NULL};
+    assert_int_equal(parse(&o, &spec, FM_PROG_SERVER, plain), FM_OK);
+    assert_int_equal(spec.model.family, FM_FAMILY_TEXT);
+    assert_int_equal(spec.model.context, FM_TEXT_CONTEXT);
+    assert_int_equal(spec.model.heads, FM_TEXT_HEADS);
+    assert_int_equal(spec.model.d, 128);
+    assert_int_equal(spec.train.batch, FM_TEXT_BATCH);
+    assert_int_equal(spec.eval_sample, FM_TEXT_EVAL_SAMPLE);
+    const char *before[] = {"--width", "64", "--heads", "2", "--context", "16", "--batch", "8", "--task", "text", NULL};
+    const char *after[] = {"--task", "text", "--width", "64", "--heads", "2", "--context", "16", "--batch", "8", NULL};
+    const char *const *both[] = {before, after};
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(parse(&o, &spec, FM_PROG_SERVER, both[i]), FM_OK);
+        assert_int_equal(spec.model.d, 64);
+        assert_int_equal(spec.model.heads, 2);
+        assert_int_equal(spec.model.context, 16);
+        assert_int_equal(spec.train.batch, 8);
+    }
+    const char *image[] = {"--heads", "2", NULL}; /* (the image model's prompt gating) */
+    assert_int_equal(parse(&o, &spec, FM_PROG_SERVER, image), FM_OK);
+    assert_int_equal(spec.model.family, FM_FAMILY_IMAGE);
+    assert_int_equal(spec.model.heads, 2);
+}
+
 static void test_sim_flags_and_forwarding(void **state)
 {
     (void)state;
@@ -331,6 +362,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_server_flags),
         cmocka_unit_test(test_client_flags),
+        cmocka_unit_test(test_text_task_defaults_and_flags),
         cmocka_unit_test(test_sim_flags_and_forwarding),
         cmocka_unit_test(test_bad_values),
         cmocka_unit_test(test_help_lists_each_programs_options),

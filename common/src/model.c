@@ -45,7 +45,7 @@ void fm_model_config_default(fm_model_config_t *c)
     c->prompt_dim = 64;
     c->text_hidden = 256;
     c->heads = 8;
-    c->context = 128;
+    c->context = 128; /* (unused by images; kept: it is in their runs' logged configs, which resuming compares) */
     c->max_nonlocal = 4;
     c->attn_scale = 10.0f;
     c->lambda = 0.5f;
@@ -58,9 +58,9 @@ void fm_model_config_text(fm_model_config_t *c)
 {
     c->family = FM_FAMILY_TEXT;
     c->d = 128;
-    c->heads = 4;
+    c->heads = FM_TEXT_HEADS;
     c->blocks = 2;
-    c->context = 128;
+    c->context = FM_TEXT_CONTEXT;
     c->untied = false;
     c->classes = 256;
 }

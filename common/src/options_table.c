@@ -89,6 +89,10 @@ static fm_status set_task(fm_options_t *o, const char *flag, const char *v)
     c->specialists = keep.specialists;
     if (fm_options_given(o, "blocks"))
         c->blocks = keep.blocks;
+    if (fm_options_given(o, "width"))
+        c->d = keep.d;
+    if (fm_options_given(o, "heads"))
+        c->heads = keep.heads;
     if (fm_options_given(o, "context"))
         c->context = keep.context;
     c->gating_on_validation = keep.gating_on_validation;
@@ -317,13 +321,18 @@ static const fm_option_t table[] = {
      "what comigs and full average besides the generalist experts: all\n"
      "(stem or embeddings, attention, norms) or experts (nothing: those\n"
      "stay on each client; with comigs or full only)"},
-    {"context", 0, FM_OPT_INT, "T", 1, 4096, S | C | M, SPEC, R(model.context), NULL, NULL, NULL, FM_OPT_G_MODEL,
+    {"context", 0, FM_OPT_INT, "T", 1, 4096, S | C | M, SPEC, R(model.context), NULL, NULL, FM_XSTR(FM_TEXT_CONTEXT), FM_OPT_G_MODEL,
      "text: bytes of context"},
     {"generalists", 0, FM_OPT_INT, "G", 0, 64, S | C | M, SPEC, R(model.generalists), NULL, NULL, NULL,
      FM_OPT_G_MODEL, "shared (generalist) experts per block"},
     {"specialists", 0, FM_OPT_INT, "S", 0, 63, S | C | M, SPEC, R(model.specialists), NULL, NULL, NULL,
      FM_OPT_G_MODEL, "specialist experts per block of each client; fedavg and pfedmoap\n"
      "need the same count on every client"},
+    {"width", 0, FM_OPT_INT, "D", 2, 4096, S | C | M, SPEC, R(model.d), NULL, NULL, NULL, FM_OPT_G_MODEL,
+     "model width d (image and text)"},
+    {"heads", 0, FM_OPT_INT, "H", 1, 256, S | C | M, SPEC, R(model.heads), NULL, NULL, "", FM_OPT_G_MODEL,
+     "attention heads, dividing the width: text: self-attention\n"
+     "(default " FM_XSTR(FM_TEXT_HEADS) "); image: the prompt gating (default 8)"},
     {"blocks", 0, FM_OPT_INT, "L", 0, 64, S | C | M, SPEC, R(model.blocks), NULL, NULL, NULL, FM_OPT_G_MODEL,
      "blocks (image: MoE blocks; text: attention + MoE blocks)"},
     {"tau", 0, FM_OPT_FLOAT, "T", 0.01, 1000.0, S | C | M, SPEC, R(model.tau), NULL, NULL, NULL, FM_OPT_G_MODEL,
@@ -335,17 +344,17 @@ static const fm_option_t table[] = {
     /* training */
     {"local-steps", 0, FM_OPT_INT, "N", 0, 1 << 30, S | M, SPEC, R(train.local_steps), NULL, NULL, NULL,
      FM_OPT_G_TRAIN, "a round trains exactly N lower steps (batches), passes after\n"
-     "passes; 0: --local-epochs passes (text: 50)"},
+     "passes; 0: --local-epochs passes (text: " FM_XSTR(FM_TEXT_LOCAL_STEPS) ")"},
     {"eval-sample", 0, FM_OPT_INT, "N", 0, 1 << 30, S | M, SPEC, R(eval_sample), NULL, NULL, NULL, FM_OPT_G_TRAIN,
      "rounds before the last evaluate only N evenly spaced examples\n"
      "(text: windows) of each test and validation split; the last\n"
-     "round evaluates them whole; 0: always whole (text: 256)"},
+     "round evaluates them whole; 0: always whole (text: " FM_XSTR(FM_TEXT_EVAL_SAMPLE) ")"},
     {"local-epochs", 0, FM_OPT_INT, "N", 1, 1000, S | M, SPEC, R(local_epochs), NULL, NULL, NULL, FM_OPT_G_TRAIN,
      "passes over a client's train split per round"},
     {"epochs", 0, FM_OPT_INT, "N", 0, 1000000, C, 0, O(epochs), NULL, NULL, NULL, FM_OPT_G_TRAIN,
      "passes over the train split"},
     {"batch", 0, FM_OPT_INT, "B", 1, 65536, S | C | M, SPEC, R(train.batch), NULL, NULL, NULL, FM_OPT_G_TRAIN,
-     "batch size"},
+     "batch size (text: " FM_XSTR(FM_TEXT_BATCH) " windows)"},
     {"lr", 0, FM_OPT_FLOAT, "LR", 0.0, 10.0, S | C | M, SPEC, R(train.lower.lr), NULL, NULL, NULL, FM_OPT_G_TRAIN,
      "expert learning rate"},
     {"router-lr", 0, FM_OPT_FLOAT, "LR", 0.0, 10.0, S | C | M, SPEC, R(train.upper.lr), NULL, NULL, NULL,

@@ -72,9 +72,13 @@ typedef struct {
 /* "image" or "text", and the inverse (FM_ERR_ARG with a reason naming flag). */
 const char *fm_family_name(fm_model_family_kind k);
 fm_status fm_family_parse(const char *flag, const char *name, fm_model_family_kind *out);
+/* The text model's bytes of context and attention heads by default (chosen
+ * on holdout runs: docs/model.md). */
+#define FM_TEXT_CONTEXT 32
+#define FM_TEXT_HEADS 4
 /* Sets c's family to text with the text model's defaults (docs/model.md):
- * d 128, 4 attention heads, 2 blocks, context 128, tied output; the expert
- * settings as for images. */
+ * d 128, 4 attention heads, 2 blocks, context FM_TEXT_CONTEXT, tied output;
+ * the expert settings as for images. */
 void fm_model_config_text(fm_model_config_t *c);
 
 /* "all" or "experts", and the inverse (FM_ERR_ARG with a reason naming flag). */

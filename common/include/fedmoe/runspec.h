@@ -30,13 +30,13 @@ typedef enum {
 } fm_strategy;
 
 /* The text task's training defaults (--task text): windows a batch, and lower
- * steps a round (a round's budget: 50 x 16 windows x 128 bytes, about 100,000
- * bytes a client). */
-#define FM_TEXT_BATCH 16
+ * steps a round (a round's budget: 50 x 64 windows x 32 bytes, about 100,000
+ * bytes a client; the windows of the default context, fm_model_config_text). */
+#define FM_TEXT_BATCH 64
 #define FM_TEXT_LOCAL_STEPS 50
-/* ... and the examples of each split evaluated in a round before the last (a
- * client's whole test split took longer than its training). */
-#define FM_TEXT_EVAL_SAMPLE 256
+/* ... and the windows of each split evaluated in a round before the last (a
+ * client's whole test split took longer than its training): 32 KiB of text. */
+#define FM_TEXT_EVAL_SAMPLE 1024
 
 /* How the coordinator scales the learning rates over the rounds. */
 typedef enum {
