@@ -67,6 +67,7 @@ class TextModel(nn.Module):
 
 
 def main():
+    global T
     ap = argparse.ArgumentParser()
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--context", type=int, default=T)
@@ -74,7 +75,6 @@ def main():
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args()
-    global T
     T = a.context
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
