@@ -80,34 +80,40 @@ static fm_dataset_t synthetic(const fm_model_config_t *mc, size_t n, fm_rng_t *r
     return ds;
 }
 
-static int bench_train(int argc, char **argv)
+typedef struct {
+    fm_model_config_t mc;
+    int batch, steps, repeats, threads;
+} train_args_t;
+
+/* fedmoe-bench train's flags into a: -1 to go on, else the exit code (0 after --help). */
+static int train_args(int argc, char **argv, train_args_t *a)
 {
     static const struct option opts[] = {{"stem", required_argument, 0, 's'}, {"batch", required_argument, 0, 'b'},
                                          {"task", required_argument, 0, 'k'}, {"context", required_argument, 0, 'c'},
                                          {"steps", required_argument, 0, 'n'}, {"repeats", required_argument, 0, 'r'},
                                          {"threads", required_argument, 0, 't'}, {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    fm_model_config_t mc;
-    fm_model_config_default(&mc);
-    int batch = 32, steps = 200, repeats = 5, threads = 1, context = 0, c;
+    *a = (train_args_t){.batch = 32, .steps = 200, .repeats = 5, .threads = 1};
+    fm_model_config_default(&a->mc);
+    int context = 0, c;
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         fm_status st = FM_OK;
         switch (c) {
-        case 's': st = fm_stem_parse("--stem", optarg, &mc.stem); break;
+        case 's': st = fm_stem_parse("--stem", optarg, &a->mc.stem); break;
         case 'k':
-            if ((st = fm_family_parse("--task", optarg, &mc.family)) == FM_OK && mc.family == FM_FAMILY_TEXT)
-                fm_model_config_text(&mc);
+            if ((st = fm_family_parse("--task", optarg, &a->mc.family)) == FM_OK && a->mc.family == FM_FAMILY_TEXT)
+                fm_model_config_text(&a->mc);
             break;
-        case 'b': st = fm_arg_int("--batch", optarg, 1, 4096, &batch); break;
+        case 'b': st = fm_arg_int("--batch", optarg, 1, 4096, &a->batch); break;
         case 'c': st = fm_arg_int("--context", optarg, 1, 4096, &context); break;
-        case 'n': st = fm_arg_int("--steps", optarg, 1, 1000000, &steps); break;
-        case 'r': st = fm_arg_int("--repeats", optarg, 1, 1000, &repeats); break;
-        case 't': st = fm_arg_int("--threads", optarg, 1, 256, &threads); break;
+        case 'n': st = fm_arg_int("--steps", optarg, 1, 1000000, &a->steps); break;
+        case 'r': st = fm_arg_int("--repeats", optarg, 1, 1000, &a->repeats); break;
+        case 't': st = fm_arg_int("--threads", optarg, 1, 256, &a->threads); break;
         case 'h':
-            printf("usage: fedmoe-bench train [--task image|text] [--stem mlp|cnn] [--batch 32] [--context T (text)] [--steps 200] "
-                   "[--repeats 5] [--threads 1]\n");
+            printf("usage: fedmoe-bench train [--task image|text] [--stem mlp|cnn] [--batch 32] [--context T (text)] "
+                   "[--steps 200] [--repeats 5] [--threads 1]\n");
             return 0;
         default:
             fm_error_set("unknown or incomplete option '%s'", argv[optind - 1]);
@@ -118,12 +124,23 @@ static int bench_train(int argc, char **argv)
             return 2;
         }
     }
-    if (context && mc.family != FM_FAMILY_TEXT) {
+    if (context && a->mc.family != FM_FAMILY_TEXT) {
         fprintf(stderr, "fedmoe-bench: --context is for --task text\n");
         return 2;
     }
     if (context)
-        mc.context = context;
+        a->mc.context = context;
+    return -1;
+}
+
+static int bench_train(int argc, char **argv)
+{
+    train_args_t a;
+    int code = train_args(argc, argv, &a);
+    if (code >= 0)
+        return code;
+    fm_model_config_t mc = a.mc;
+    int batch = a.batch, steps = a.steps, repeats = a.repeats, threads = a.threads;
     fm_kernels_set_threads(threads);
     fm_model_t *m = NULL;
     fm_trainer_t *t = NULL;
