@@ -431,6 +431,46 @@ static void handle_grant(session_t *s, const Fedmoe__Grant *g)
     spill(s);
 }
 
+/* One message from the coordinator; true when the session ends (*st says how). */
+static bool handle_message(session_t *s, const Fedmoe__Envelope *env, fm_status *st)
+{
+    bool done = false;
+    switch (env->body_case) {
+    case FEDMOE__ENVELOPE__BODY_WELCOME: *st = handle_welcome(s, env->welcome); done = *st != FM_OK; break;
+    case FEDMOE__ENVELOPE__BODY_TASK: *st = handle_task(s, env->task); done = *st != FM_OK; break;
+    case FEDMOE__ENVELOPE__BODY_GRANT: handle_grant(s, env->grant); break;
+    case FEDMOE__ENVELOPE__BODY_SHUTDOWN:
+        if (env->shutdown->resumable && s->run_id[0]) {
+            /* (a restart, an upgrade): ZeroMQ reconnects, and the heartbeat
+             * a restarted coordinator does not know brings a new welcome */
+            fm_info("%.200s: waiting for it", env->shutdown->reason);
+            s->away_since = fm_clock_seconds();
+            break;
+        }
+        fm_info("coordinator says shut down: %.200s", env->shutdown->reason);
+        done = true;
+        break;
+    case FEDMOE__ENVELOPE__BODY_ERROR:
+        fm_warn("coordinator error %u: %.300s", env->error->code, env->error->text);
+        if (env->error->code == FM_WIRE_UNKNOWN_CLIENT) {
+            /* a restarted coordinator: introduce ourselves (once, not once
+             * per heartbeat queued while it was away) */
+            if (fm_clock_seconds() - s->last_hello > HELLO_RETRY_S)
+                send_hello(s);
+            else
+                s->hello_due = true;
+        }
+        if (env->error->code == FM_WIRE_REJECTED || env->error->code == FM_WIRE_VERSION) {
+            fm_error_set("rejected by the coordinator: %.300s", env->error->text);
+            *st = FM_ERR_ARG;
+            done = true;
+        }
+        break;
+    default: fm_warn("unexpected message from the coordinator (case %d)", env->body_case); break;
+    }
+    return done;
+}
+
 fm_status fm_session_run(const fm_session_config_t *cfg, volatile sig_atomic_t *stop)
 {
     session_t s = {0};
@@ -489,40 +529,7 @@ fm_status fm_session_run(const fm_session_config_t *cfg, volatile sig_atomic_t *
         Fedmoe__Envelope *env = next_message(&s);
         if (!env)
             continue;
-        bool done = false;
-        switch (env->body_case) {
-        case FEDMOE__ENVELOPE__BODY_WELCOME: st = handle_welcome(&s, env->welcome); done = st != FM_OK; break;
-        case FEDMOE__ENVELOPE__BODY_TASK: st = handle_task(&s, env->task); done = st != FM_OK; break;
-        case FEDMOE__ENVELOPE__BODY_GRANT: handle_grant(&s, env->grant); break;
-        case FEDMOE__ENVELOPE__BODY_SHUTDOWN:
-            if (env->shutdown->resumable && s.run_id[0]) {
-                /* (a restart, an upgrade): ZeroMQ reconnects, and the heartbeat
-                 * a restarted coordinator does not know brings a new welcome */
-                fm_info("%.200s: waiting for it", env->shutdown->reason);
-                s.away_since = fm_clock_seconds();
-                break;
-            }
-            fm_info("coordinator says shut down: %.200s", env->shutdown->reason);
-            done = true;
-            break;
-        case FEDMOE__ENVELOPE__BODY_ERROR:
-            fm_warn("coordinator error %u: %.300s", env->error->code, env->error->text);
-            if (env->error->code == FM_WIRE_UNKNOWN_CLIENT) {
-                /* a restarted coordinator: introduce ourselves (once, not once
-                 * per heartbeat queued while it was away) */
-                if (fm_clock_seconds() - s.last_hello > HELLO_RETRY_S)
-                    send_hello(&s);
-                else
-                    s.hello_due = true;
-            }
-            if (env->error->code == FM_WIRE_REJECTED || env->error->code == FM_WIRE_VERSION) {
-                fm_error_set("rejected by the coordinator: %.300s", env->error->text);
-                st = FM_ERR_ARG;
-                done = true;
-            }
-            break;
-        default: fm_warn("unexpected message from the coordinator (case %d)", env->body_case); break;
-        }
+        bool done = handle_message(&s, env, &st);
         fedmoe__envelope__free_unpacked(env, NULL);
         if (done)
             break;
