@@ -139,58 +139,56 @@ static int bench_train(int argc, char **argv)
     int code = train_args(argc, argv, &a);
     if (code >= 0)
         return code;
-    fm_model_config_t mc = a.mc;
-    int batch = a.batch, steps = a.steps, repeats = a.repeats, threads = a.threads;
-    fm_kernels_set_threads(threads);
+    fm_kernels_set_threads(a.threads);
     fm_model_t *m = NULL;
     fm_trainer_t *t = NULL;
     fm_train_config_t tc;
     fm_train_config_default(&tc);
-    tc.batch = batch;
-    if (fm_model_new(&m, &mc, 1, fm_rng_stream(FM_STREAM_LOCAL, 0)) != FM_OK ||
+    tc.batch = a.batch;
+    if (fm_model_new(&m, &a.mc, 1, fm_rng_stream(FM_STREAM_LOCAL, 0)) != FM_OK ||
         fm_trainer_new(&t, m, &tc, 1, fm_rng_stream(FM_STREAM_SHUFFLE, 0)) != FM_OK) {
         fprintf(stderr, "fedmoe-bench: %s\n", fm_error_last());
         return 1;
     }
     fm_rng_t r;
     fm_rng_init(&r, 2, 2);
-    const bool text = mc.family == FM_FAMILY_TEXT;
-    size_t psz = (size_t)mc.prompt_len * mc.prompt_dim;
-    float *nl = malloc(sizeof(float) * (psz * mc.max_nonlocal + 1));
-    fm_rng_fill_uniform(&r, nl, psz * mc.max_nonlocal, 0.05f);
+    const bool text = a.mc.family == FM_FAMILY_TEXT;
+    size_t psz = (size_t)a.mc.prompt_len * a.mc.prompt_dim;
+    float *nl = malloc(sizeof(float) * (psz * a.mc.max_nonlocal + 1));
+    fm_rng_fill_uniform(&r, nl, psz * a.mc.max_nonlocal, 0.05f);
     if (!text)
-        fm_model_set_nonlocal(m, nl, mc.max_nonlocal);
+        fm_model_set_nonlocal(m, nl, a.mc.max_nonlocal);
     const int pool = 16;
-    fm_dataset_t ds = synthetic(&mc, (size_t)pool * batch, &r);
+    fm_dataset_t ds = synthetic(&a.mc, (size_t)pool * a.batch, &r);
     fm_batch_t b[pool];
     for (int i = 0; i < pool; i++)
-        b[i] = (fm_batch_t){.ds = &ds, .first = (size_t)i * batch, .n = batch};
+        b[i] = (fm_batch_t){.ds = &ds, .first = (size_t)i * a.batch, .n = a.batch};
     for (int i = 0; i < 20; i++) /* warm-up */
         fm_trainer_step(t, FM_LEVEL_LOWER, &b[i % pool]);
-    double *sps = malloc(sizeof(double) * repeats), *gfl = malloc(sizeof(double) * repeats);
-    double *usps = malloc(sizeof(double) * repeats);
-    for (int rep = 0; rep < repeats; rep++) {
+    double *sps = malloc(sizeof(double) * a.repeats), *gfl = malloc(sizeof(double) * a.repeats);
+    double *usps = malloc(sizeof(double) * a.repeats);
+    for (int rep = 0; rep < a.repeats; rep++) {
         uint64_t f0 = fm_gemm_flops();
         double t0 = fm_clock_seconds();
-        for (int i = 0; i < steps; i++)
+        for (int i = 0; i < a.steps; i++)
             fm_trainer_step(t, FM_LEVEL_LOWER, &b[i % pool]);
         double dt = fm_clock_seconds() - t0;
-        sps[rep] = (double)steps * batch * fm_model_predictions(m) / dt;
+        sps[rep] = (double)a.steps * a.batch * fm_model_predictions(m) / dt;
         gfl[rep] = (double)(fm_gemm_flops() - f0) / dt / 1e9;
         t0 = fm_clock_seconds();
-        for (int i = 0; i < steps; i++)
+        for (int i = 0; i < a.steps; i++)
             fm_trainer_step(t, FM_LEVEL_UPPER, &b[i % pool]);
-        usps[rep] = (double)steps * batch * fm_model_predictions(m) / (fm_clock_seconds() - t0);
+        usps[rep] = (double)a.steps * a.batch * fm_model_predictions(m) / (fm_clock_seconds() - t0);
     }
     double peak = sgemm_peak(1024);
-    double s = median(sps, repeats), g = median(gfl, repeats), u = median(usps, repeats);
+    double s = median(sps, a.repeats), g = median(gfl, a.repeats), u = median(usps, a.repeats);
     /* (text: per token, a byte predicted; image: per sample) */
     const char *unit = text ? "tokens" : "samples";
     printf("{\"bench\":\"train\",\"impl\":\"fedmoe\",\"task\":\"%s\",\"stem\":\"%s\",\"batch\":%d,"
            "\"context\":%d,\"threads\":%d,\"steps\":%d,\"repeats\":%d,\"%s_per_s\":%.1f,\"upper_%s_per_s\":%.1f,"
            "\"gemm_gflops\":%.2f,\"sgemm_peak_gflops\":%.2f,\"peak_fraction\":%.3f,\"params\":%zu}\n",
-           fm_family_name(mc.family), fm_stem_name(mc.stem), batch, text ? mc.context : 0, threads, steps, repeats,
-           unit, s, unit, u, g, peak, g / peak, fm_params_total(fm_model_params(m)));
+           fm_family_name(a.mc.family), fm_stem_name(a.mc.stem), a.batch, text ? a.mc.context : 0, a.threads, a.steps,
+           a.repeats, unit, s, unit, u, g, peak, g / peak, fm_params_total(fm_model_params(m)));
     free(sps);
     free(gfl);
     free(usps);

@@ -21,16 +21,16 @@ import torch.nn.functional as F
 from torch_model import Block, D, LB_W, L, median_rate
 
 HEADS, V = 4, 256
-T = 32  # (the context: --context)
+T = 32  # the default context (--context)
 
 
 class Attention(nn.Module):
-    def __init__(self):
+    def __init__(self, context):
         super().__init__()
         self.ln = nn.LayerNorm(D)
         self.qkv = nn.Linear(D, 3 * D)
         self.o = nn.Linear(D, D)
-        self.register_buffer("mask", torch.ones(T, T, dtype=torch.bool).triu(1))
+        self.register_buffer("mask", torch.ones(context, context, dtype=torch.bool).triu(1))
 
     def forward(self, h):
         B, Tn, _ = h.shape
@@ -44,11 +44,11 @@ class Attention(nn.Module):
 
 
 class TextModel(nn.Module):
-    def __init__(self):
+    def __init__(self, context):
         super().__init__()
         self.emb = nn.Embedding(V, D)
-        self.pos = nn.Parameter(torch.randn(T, D) * 0.02)
-        self.attn = nn.ModuleList([Attention() for _ in range(L)])
+        self.pos = nn.Parameter(torch.randn(context, D) * 0.02)
+        self.attn = nn.ModuleList([Attention(context) for _ in range(L)])
         self.moe = nn.ModuleList([Block() for _ in range(L)])
         self.lnf = nn.LayerNorm(D)
 
@@ -67,7 +67,6 @@ class TextModel(nn.Module):
 
 
 def main():
-    global T
     ap = argparse.ArgumentParser()
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--context", type=int, default=T)
@@ -75,18 +74,17 @@ def main():
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args()
-    T = a.context
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
-    model = TextModel()
+    model = TextModel(a.context)
     lower = [p for n, p in model.named_parameters() if "router" not in n]
     opt = torch.optim.AdamW(lower, lr=1e-3, weight_decay=1e-4)
     pool = 16
-    toks = torch.randint(0, V, (pool, a.batch, T + 1))
+    toks = torch.randint(0, V, (pool, a.batch, a.context + 1))
 
-    rate = median_rate(model, opt, [(toks[i],) for i in range(pool)], 5, a.repeats, a.steps, a.batch * T)
+    rate = median_rate(model, opt, [(toks[i],) for i in range(pool)], 5, a.repeats, a.steps, a.batch * a.context)
     print(json.dumps({"bench": "train", "impl": "pytorch", "torch": torch.__version__, "task": "text",
-                      "batch": a.batch, "context": T, "threads": a.threads, "steps": a.steps, "repeats": a.repeats,
+                      "batch": a.batch, "context": a.context, "threads": a.threads, "steps": a.steps, "repeats": a.repeats,
                       "tokens_per_s": round(rate, 1)}))
 
 

@@ -44,7 +44,7 @@ void fm_model_config_default(fm_model_config_t *c)
     c->prompt_len = 4;
     c->prompt_dim = 64;
     c->text_hidden = 256;
-    c->heads = 8;
+    c->heads = FM_IMAGE_HEADS;
     c->context = 128; /* (unused by images; kept: it is in their runs' logged configs, which resuming compares) */
     c->max_nonlocal = 4;
     c->attn_scale = 10.0f;

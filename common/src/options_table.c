@@ -332,7 +332,7 @@ static const fm_option_t table[] = {
      "model width d (image and text)"},
     {"heads", 0, FM_OPT_INT, "H", 1, 256, S | C | M, SPEC, R(model.heads), NULL, NULL, "", FM_OPT_G_MODEL,
      "attention heads, dividing the width: text: self-attention\n"
-     "(default " FM_XSTR(FM_TEXT_HEADS) "); image: the prompt gating (default 8)"},
+     "(default " FM_XSTR(FM_TEXT_HEADS) "); image: the prompt gating (default " FM_XSTR(FM_IMAGE_HEADS) ")"},
     {"blocks", 0, FM_OPT_INT, "L", 0, 64, S | C | M, SPEC, R(model.blocks), NULL, NULL, NULL, FM_OPT_G_MODEL,
      "blocks (image: MoE blocks; text: attention + MoE blocks)"},
     {"tau", 0, FM_OPT_FLOAT, "T", 0.01, 1000.0, S | C | M, SPEC, R(model.tau), NULL, NULL, NULL, FM_OPT_G_MODEL,

@@ -76,6 +76,8 @@ fm_status fm_family_parse(const char *flag, const char *name, fm_model_family_ki
  * on holdout runs: docs/model.md). */
 #define FM_TEXT_CONTEXT 32
 #define FM_TEXT_HEADS 4
+/* ... and the image model's heads (its prompt gating). */
+#define FM_IMAGE_HEADS 8
 /* Sets c's family to text with the text model's defaults (docs/model.md):
  * d 128, 4 attention heads, 2 blocks, context FM_TEXT_CONTEXT, tied output;
  * the expert settings as for images. */
