@@ -112,13 +112,42 @@ static fm_status load_any(fm_dataset_t *ds, const char *spec, bool images, uint3
 }
 
 /* Client `client`'s split of its examples idx[0..n) of all, as spec says
- * (train / validation / test, or the holdout re-split). */
+ * (train / validation / test, or the holdout re-split), its train and
+ * validation splits then capped (text: in bytes, by its documents' sizes). */
 static fm_status split_client(fm_split_t *s, const uint32_t *idx, size_t n, const fm_dataset_t *all,
-                              const fm_data_spec_t *spec, int client)
+                              const fm_text_corpus_t *text, const fm_data_spec_t *spec, int client)
 {
     fm_status st = fm_split_make(s, idx, n, all->y, all->classes, spec->seed, client, spec->test_frac, spec->val_frac);
     if (st == FM_OK && spec->holdout)
         st = fm_split_holdout(s, all->y, all->classes, spec->seed, client, spec->test_frac, spec->val_frac);
+    bool is_text = text && text->docs;
+    uint64_t limit = fm_cap_of(is_text ? &spec->regime.bytes : &spec->regime.examples, spec->seed, client);
+    if (st != FM_OK || limit == 0)
+        return st;
+    uint64_t *cost = NULL;
+    if (is_text) {
+        if (!(cost = malloc(sizeof(uint64_t) * text->docs)))
+            return FM_ERR_NOMEM;
+        for (size_t d = 0; d < text->docs; d++) /* a document and its separator */
+            cost[d] = text->off[d + 1] - text->off[d] + 1;
+    }
+    fm_cap_apply(limit, spec->val_frac, spec->seed, client, cost, s->train, &s->n_train, s->val, &s->n_val);
+    free(cost);
+    return FM_OK;
+}
+
+/* The domain and the label map of client `client` on its three splits (lists:
+ * their examples' indices in the dataset). */
+static fm_status apply_regime(fm_client_data_t *cd, const fm_data_spec_t *spec, int client, const fm_split_t *split)
+{
+    fm_dataset_t *outs[3] = {&cd->train, &cd->val, &cd->test};
+    const uint32_t *lists[3] = {split->train, split->val, split->test};
+    fm_domain_kind k = fm_domain_of(&spec->regime.domains, client);
+    fm_status st = FM_OK;
+    for (int i = 0; i < 3 && st == FM_OK; i++) {
+        st = fm_domain_apply_dataset(k, outs[i], lists[i], spec->seed);
+        fm_concept_apply(outs[i], spec->seed, spec->regime.concept_groups, client);
+    }
     return st;
 }
 
@@ -178,9 +207,10 @@ static fm_status load_own_rows(fm_client_data_t *cd, const fm_data_spec_t *spec,
     size_t n_mine;
     if ((st = fm_partition_make(&part, all.y, all.n, all.classes, spec->count, spec->seed, &spec->part)) == FM_OK &&
         (st = examples_of(&all, &part, spec->count, spec->index, &mine, &n_mine, &owned)) == FM_OK &&
-        (st = split_client(&split, mine, n_mine, &all, spec, spec->index)) == FM_OK) {
+        (st = split_client(&split, mine, n_mine, &all, NULL, spec, spec->index)) == FM_OK) {
         cd->classes = all.classes;
-        st = load_rows(cd, src, per_file, &all, &split);
+        if ((st = load_rows(cd, src, per_file, &all, &split)) == FM_OK)
+            st = apply_regime(cd, spec, spec->index, &split);
     }
     fm_split_free(&split);
     fm_partition_free(&part);
@@ -231,7 +261,8 @@ bool fm_data_spec_same(const fm_data_spec_t *a, const fm_data_spec_t *b)
     return !strcmp(a->dataset, b->dataset) && a->count == b->count && a->part.kind == b->part.kind &&
            a->part.alpha == b->part.alpha && a->part.classes_per_client == b->part.classes_per_client &&
            a->part.min_samples == b->part.min_samples && a->seed == b->seed && a->test_frac == b->test_frac &&
-           a->val_frac == b->val_frac && a->holdout == b->holdout && a->context == b->context;
+           a->val_frac == b->val_frac && a->holdout == b->holdout && a->context == b->context &&
+           fm_regime_same(&a->regime, &b->regime);
 }
 
 /* cd->languages: the (up to three) languages of cd's windows, largest share first. */
@@ -276,7 +307,7 @@ fm_status fm_client_data_from_cache(fm_client_data_t *cd, const fm_data_cache_t 
     size_t n_mine;
     fm_status st = examples_of(all, &c->part, c->spec.count, index, &mine, &n_mine, &owned);
     if (st == FM_OK)
-        st = split_client(&split, mine, n_mine, all, &c->spec, c->spec.count > 0 ? index : 0);
+        st = split_client(&split, mine, n_mine, all, &c->text, &c->spec, c->spec.count > 0 ? index : 0);
     const uint32_t *lists[3] = {split.train, split.val, split.test};
     size_t ns[3] = {split.n_train, split.n_val, split.n_test};
     fm_dataset_t *outs[3] = {&cd->train, &cd->val, &cd->test};
@@ -289,6 +320,8 @@ fm_status fm_client_data_from_cache(fm_client_data_t *cd, const fm_data_cache_t 
     cd->img_w = all->img_w;
     if (st == FM_OK && c->text.docs)
         describe_languages(cd, &c->text);
+    else if (st == FM_OK)
+        st = apply_regime(cd, &c->spec, c->spec.count > 0 ? index : 0, &split);
     free(owned);
     fm_split_free(&split);
     if (st != FM_OK)
@@ -327,7 +360,7 @@ fm_status fm_client_data_sizes(const fm_data_spec_t *spec, fm_split_sizes_t *siz
     }
     for (int c = 0; st == FM_OK && c < spec->count; c++) {
         fm_split_t split = {0};
-        st = split_client(&split, part.index + part.offset[c], part.offset[c + 1] - part.offset[c], &all, spec, c);
+        st = split_client(&split, part.index + part.offset[c], part.offset[c + 1] - part.offset[c], &all, &text, spec, c);
         sizes[c] = (fm_split_sizes_t){split.n_train, split.n_val, split.n_test};
         if (text.docs) /* (in windows) */
             sizes[c] = (fm_split_sizes_t){fm_text_window_count(&text, split.train, split.n_train, spec->context),

@@ -312,6 +312,8 @@ fm_status fm_dataset_idx_rows(const char *const *image_paths, const uint32_t *pe
         d->img_w = shape.img_w;
         d->classes = labels->classes;
         d->n = n[p];
+        d->mean = mu;
+        d->inv_std = inv;
         d->x = malloc(sizeof(float) * (n[p] ? n[p] : 1) * (size_t)shape.dim);
         d->y = malloc(n[p] ? n[p] : 1);
         if (!d->x || !d->y) {
@@ -343,6 +345,8 @@ void fm_dataset_standardize(fm_dataset_t *ds)
     float mu, inv;
     moments(s, s2, total, &mu, &inv);
     apply_standard(ds->x, total, mu, inv);
+    ds->mean = mu;
+    ds->inv_std = inv;
 }
 
 static fm_status load_fmnist(fm_dataset_t *ds, const char *dir, bool images)
@@ -469,6 +473,8 @@ fm_status fm_dataset_subset(fm_dataset_t *out, const fm_dataset_t *src, const ui
     out->classes = src->classes;
     out->img_h = src->img_h;
     out->img_w = src->img_w;
+    out->mean = src->mean;
+    out->inv_std = src->inv_std;
     size_t row = src->tok ? (size_t)src->dim + 1 : sizeof(float) * src->dim;
     void *rows = malloc((n ? n : 1) * row);
     out->y = malloc(n ? n : 1);

@@ -189,6 +189,30 @@ static fm_status set_iid(fm_options_t *o, const char *flag, const char *v)
     return st;
 }
 
+static fm_status set_client_examples(fm_options_t *o, const char *flag, const char *v)
+{
+    return fm_cap_parse(flag, v, &o->spec->regime.examples);
+}
+
+static void show_client_examples(const fm_options_t *o, char *buf, size_t cap)
+{
+    fm_cap_name(&o->spec->regime.examples, buf, cap);
+}
+
+static fm_status set_client_bytes(fm_options_t *o, const char *flag, const char *v)
+{
+    return fm_cap_parse(flag, v, &o->spec->regime.bytes);
+}
+
+static void show_client_bytes(const fm_options_t *o, char *buf, size_t cap) { fm_cap_name(&o->spec->regime.bytes, buf, cap); }
+
+static fm_status set_domains(fm_options_t *o, const char *flag, const char *v)
+{
+    return fm_domains_parse(flag, v, &o->spec->regime.domains);
+}
+
+static void show_domains(const fm_options_t *o, char *buf, size_t cap) { fm_domains_name(&o->spec->regime.domains, buf, cap); }
+
 static fm_status set_no_gating(fm_options_t *o, const char *flag, const char *v)
 {
     bool on;
@@ -314,6 +338,21 @@ static const fm_option_t table[] = {
     {"holdout", 0, FM_OPT_SWITCH, NULL, 0, 0, S | M, SPEC, R(holdout), NULL, NULL, NULL, FM_OPT_G_DATA,
      "tuning run: clients evaluate on a held-out quarter of their train\n"
      "and validation data, never on their test split"},
+    {"client-examples", 0, FM_OPT_CUSTOM, "N|A,B,..|A..B", 0, 0, S | C | M, 0, 0, 0, set_client_examples,
+     show_client_examples, NULL, FM_OPT_G_DATA,
+     "images: cap each client's train + validation examples (its\n"
+     "test split stays whole): N for all, a list (client i takes the\n"
+     "(i mod n)th) or a log-uniform range A..B drawn per client; off"},
+    {"client-bytes", 0, FM_OPT_CUSTOM, "B|A,B,..|A..B", 0, 0, S | C | M, 0, 0, 0, set_client_bytes, show_client_bytes,
+     NULL, FM_OPT_G_DATA, "text: the same cap in bytes (whole documents)"},
+    {"domains", 0, FM_OPT_CUSTOM, "LIST", 0, 0, S | C | M, 0, 0, 0, set_domains, show_domains, NULL, FM_OPT_G_DATA,
+     "images: client i's pixels transformed by the (i mod n)th of\n"
+     "identity, rotate90, rotate180, rotate270, invert, blur, noise,\n"
+     "patches; presets rotate (the four turns) and all; off"},
+    {"concept-groups", 0, FM_OPT_INT, "G", 0, FM_CONCEPT_GROUPS_MAX, S | C | M, SPEC, R(regime.concept_groups), NULL,
+     NULL, "off", FM_OPT_G_DATA,
+     "images: client i relabels its classes by group (i mod G)'s\n"
+     "permutation (group 0 keeps them; the others move every class)"},
     /* the model */
     {"stem", 0, FM_OPT_CUSTOM, "mlp|cnn", 0, 0, S | C | M, 0, 0, 0, set_stem, show_stem, NULL, FM_OPT_G_MODEL,
      "the stem"},

@@ -59,6 +59,7 @@ void fm_run_spec_data(const fm_run_spec_t *s, fm_data_spec_t *out)
     out->seed = s->seed;
     out->holdout = s->holdout;
     out->context = s->model.context;
+    out->regime = s->regime;
 }
 
 void fm_clip_norm_name(double clip, char *buf, size_t cap)
@@ -127,6 +128,8 @@ fm_status fm_run_spec_finish(fm_run_spec_t *s)
         fm_error_set("evaluation sample %d out of range 0..%d", s->eval_sample, 1 << 30);
         return FM_ERR_ARG;
     }
+    if ((st = fm_regime_check(&s->regime, s->model.family == FM_FAMILY_TEXT)) != FM_OK)
+        return st;
     if (s->partition_count < 1 || s->partition_count > 100000) {
         fm_error_set("partition count %d out of range 1..100000", s->partition_count);
         return FM_ERR_ARG;
@@ -160,7 +163,18 @@ size_t fm_run_spec_json(const fm_run_spec_t *s, char *buf, size_t cap)
         s->train.expert_steps, s->train.router_steps, s->train.lower.lr, s->train.upper.lr,
         s->train.lower.weight_decay, s->local_epochs, s->train.local_steps, s->train.lb_in_upper ? "true" : "false",
         s->train.anchor, fm_lr_schedule_name(s->lr_schedule), rule, clip, s->eval_sample);
-    return n < 0 ? 0 : (size_t)n;
+    if (n < 0 || (size_t)n >= cap || !fm_regime_any(&s->regime))
+        return n < 0 ? 0 : (size_t)n;
+    /* the regime, when set, as one more object (runs without one keep their old config text) */
+    char ex[640], by[640], dom[256];
+    fm_cap_name(&s->regime.examples, ex, sizeof ex);
+    fm_cap_name(&s->regime.bytes, by, sizeof by);
+    fm_domains_name(&s->regime.domains, dom, sizeof dom);
+    int m = snprintf(buf + n - 1, cap - (size_t)n + 1,
+                     ",\"regime\":{\"client_examples\":\"%s\",\"client_bytes\":\"%s\",\"domains\":\"%s\","
+                     "\"concept_groups\":%d}}",
+                     ex, by, dom, s->regime.concept_groups);
+    return m < 0 ? (size_t)n : (size_t)n - 1 + (size_t)m;
 }
 
 uint32_t fm_run_eval_sample(const fm_run_spec_t *s, int round, int rounds)

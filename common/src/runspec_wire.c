@@ -6,7 +6,8 @@
 
 #include "fedmoe/log.h"
 
-static void spec_to_pb(const fm_run_spec_t *s, Fedmoe__ModelSpec *m, Fedmoe__TrainSpec *t, Fedmoe__DataSpec *d)
+static void spec_to_pb(const fm_run_spec_t *s, Fedmoe__ModelSpec *m, Fedmoe__TrainSpec *t, Fedmoe__DataSpec *d,
+                       fm_regime_text_t *rt)
 {
     const fm_model_config_t *c = &s->model;
     fedmoe__model_spec__init(m);
@@ -56,12 +57,19 @@ static void spec_to_pb(const fm_run_spec_t *s, Fedmoe__ModelSpec *m, Fedmoe__Tra
     d->min_samples = (uint32_t)s->part.min_samples;
     d->partition_count = (uint32_t)s->partition_count;
     d->holdout = s->holdout;
+    fm_cap_name(&s->regime.examples, rt->examples, sizeof rt->examples);
+    fm_cap_name(&s->regime.bytes, rt->bytes, sizeof rt->bytes);
+    fm_domains_name(&s->regime.domains, rt->domains, sizeof rt->domains);
+    d->client_examples = s->regime.examples.kind ? rt->examples : (char *)"";
+    d->client_bytes = s->regime.bytes.kind ? rt->bytes : (char *)"";
+    d->domains = s->regime.domains.n ? rt->domains : (char *)"";
+    d->concept_groups = (uint32_t)s->regime.concept_groups;
 }
 
 void fm_run_spec_welcome(const fm_run_spec_t *s, const char *run_id, int32_t partition, uint32_t round,
                          fm_welcome_pb_t *w)
 {
-    spec_to_pb(s, &w->model, &w->train, &w->data);
+    spec_to_pb(s, &w->model, &w->train, &w->data, &w->regime);
     fedmoe__welcome__init(&w->welcome);
     w->welcome.run_id = (char *)run_id;
     w->welcome.seed = s->seed;
@@ -145,6 +153,11 @@ fm_status fm_run_spec_from_welcome(fm_run_spec_t *s, const Fedmoe__Welcome *w, i
     s->part.min_samples = d->min_samples;
     s->partition_count = CAP_INT(d->partition_count, 100000);
     s->holdout = d->holdout;
+    if (fm_cap_parse("client_examples", d->client_examples, &s->regime.examples) != FM_OK ||
+        fm_cap_parse("client_bytes", d->client_bytes, &s->regime.bytes) != FM_OK ||
+        fm_domains_parse("domains", d->domains, &s->regime.domains) != FM_OK)
+        return FM_ERR_FORMAT;
+    s->regime.concept_groups = CAP_INT(d->concept_groups, FM_CONCEPT_GROUPS_MAX);
     fm_status st = fm_run_spec_finish(s);
     if (st == FM_OK && !(w->strategy && (c->gating == m->gating))) {
         fm_error_set("gating %d does not follow strategy %s", m->gating, w->strategy);

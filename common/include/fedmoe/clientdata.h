@@ -13,6 +13,7 @@
 
 #include "fedmoe/dataset.h"
 #include "fedmoe/partition.h"
+#include "fedmoe/regime.h"
 #include "fedmoe/status.h"
 #include "fedmoe/textdata.h"
 
@@ -25,6 +26,7 @@ typedef struct {
     int context;                /* text: bytes a window gives the model (its context) */
     bool holdout;               /* evaluate on a held-out part of train + validation,
                                  * never loading the test split (fm_split_holdout) */
+    fm_regime_t regime;         /* caps, domains, concept groups (regime.h) */
 } fm_data_spec_t;
 
 /* Whether dataset names data in its standard place (fmnist, fortunes,

@@ -29,6 +29,7 @@ typedef struct {
     float *x;        /* (n, dim); NULL for text */
     uint8_t *tok;    /* text: (n, dim + 1); NULL otherwise */
     uint8_t *y;      /* (n) */
+    float mean, inv_std; /* standardized images: x = (pixel in [0,1] - mean) * inv_std; inv_std 0: raw */
 } fm_dataset_t;
 
 /* Fashion-MNIST: the union of the train and test files (70,000 images) in dir

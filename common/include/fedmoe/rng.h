@@ -27,6 +27,11 @@ typedef enum {
     FM_STREAM_SELECT,       /* the coordinator's choice of participants (round) */
     FM_STREAM_RUN_ID,       /* a new run's id suffix (index 0; seeded from the clock) */
     FM_STREAM_TEST,         /* tests, benchmarks and tools (any index) */
+    FM_STREAM_CAP,          /* the order a client's capped splits keep examples in (client index) */
+    FM_STREAM_CAP_SIZE,     /* a client's cap drawn from a range (client index) */
+    FM_STREAM_NOISE,        /* the noise domain's noise of an example (its index in the dataset) */
+    FM_STREAM_TILES,        /* the tile permutation of the patches domain (index 0) */
+    FM_STREAM_CONCEPT,      /* a concept group's label map (group index) */
     FM_STREAM_PURPOSES      /* count; at most 256 */
 } fm_stream_purpose;
 

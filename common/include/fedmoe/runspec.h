@@ -75,6 +75,7 @@ typedef struct fm_run_spec {
     int partition_count;       /* clients the data is split over */
     bool holdout;              /* clients evaluate on a held-out part of their train and
                                 * validation data; the test split is not used (tuning) */
+    fm_regime_t regime;        /* caps on each client's data, its image domain, its label map */
     /* the coordinator's, never sent: how it combines the averaged groups */
     fm_agg_spec_t aggregate;   /* mean */
     double clip_norm;          /* bound on each update's L2 distance from the state it was sent:

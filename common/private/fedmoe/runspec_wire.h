@@ -9,11 +9,17 @@
 
 /* A Welcome with the three spec messages it points to: fill it in place and do
  * not copy it (welcome points into the struct; strings point into the spec). */
+/* The regime's strings, as the DataSpec carries them. */
+typedef struct {
+    char examples[640], bytes[640], domains[256];
+} fm_regime_text_t;
+
 typedef struct {
     Fedmoe__Welcome welcome;
     Fedmoe__ModelSpec model;
     Fedmoe__TrainSpec train;
     Fedmoe__DataSpec data;
+    fm_regime_text_t regime;
 } fm_welcome_pb_t;
 /* The Welcome of run run_id under s (seed, specs, strategy), for a client given
  * partition (-1: none assigned) at the run's current round. */
