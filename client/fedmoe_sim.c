@@ -97,6 +97,11 @@ typedef struct {
 /* The program, its work folder and its port. Returns 0, or the exit status. */
 static int setup(sim_t *s)
 {
+    fm_run_spec_t check = s->spec; /* the coordinator's own check, before anything starts */
+    if (fm_run_spec_finish(&check) != FM_OK) {
+        fprintf(stderr, "fedmoe-sim: %s\n", fm_error_last());
+        return 2;
+    }
     if (find_program("fedmoe-server", s->server, sizeof s->server) ||
         find_program("fedmoe-client", s->client, sizeof s->client)) {
         fprintf(stderr, "fedmoe-sim: cannot find fedmoe-server and fedmoe-client next to this program\n");

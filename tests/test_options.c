@@ -238,6 +238,8 @@ static void test_config_key_equals_flag(void **state)
         {"lr-schedule", "lr_schedule", "constant"}, {"weight-decay", "weight_decay", "0.5"},
         {"router-lr", "router_lr", "0.02"}, {"seed", "seed", "77"},             {"new-run", "new_run", "on"},
         {"max-message", "max_message", "2048"},     {"dataset", "dataset", "csv:/x.csv"},
+        {"client-examples", "client_examples", "25..1000"}, {"client-bytes", "client_bytes", "4096,65536"},
+        {"domains", "domains", "rotate,blur"},      {"concept-groups", "concept_groups", "2"},
     };
     char path[] = "/tmp/fedmoe-test-options-XXXXXX";
     int fd = mkstemp(path);

@@ -159,8 +159,10 @@ void fm_cap_apply(uint64_t limit, double val_frac, uint64_t seed, int client, co
     if (limit == 0)
         return;
     uint64_t v = (uint64_t)floor((double)limit * val_frac + 0.5);
+    if (v == 0 && val_frac > 0.0)
+        v = 1;
     if (v >= limit)
-        v = limit - 1;
+        v = limit > 1 ? limit - 1 : 0;
     fm_rng_t r;
     fm_rng_init(&r, seed, fm_rng_stream(FM_STREAM_CAP, (uint64_t)client));
     keep_within(&r, limit - v, cost, train, n_train);
