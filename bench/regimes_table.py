@@ -6,9 +6,10 @@
 RUNS.txt has one line a run: setting size strategy seed run-id final best
 (best: the test score of the round with the best validation score). Prints,
 per size, each strategy's mean +- std over its seeds (sample std) and n, then
-the verdict of the mixture (full; comigs on text) against the better of local
-and fedavg: ahead or behind only where the gap exceeds twice the larger of
-the two spreads, level otherwise. Accuracy is higher-better; bits per byte
+the verdict of the mixture (full; comigs on text) against local and against
+fedavg: ahead or behind only where the gap exceeds twice the larger of the
+two spreads, level otherwise; and the same judged on pairs (a seed fixes the
+partition: the mean of the per-seed gaps against twice their spread). Accuracy is higher-better; bits per byte
 (text) lower-better. The SVG plots the means against data per client (log
 scale) with +-std bars, one line a strategy, so the crossings show.
 """
@@ -44,15 +45,30 @@ def stats(vals):
     return m, sd
 
 
-def verdict(m_a, s_a, m_b, s_b, lower_better):
-    """The mixture (a) against a baseline (b)."""
-    gap = (m_b - m_a) if lower_better else (m_a - m_b)
-    noise = 2 * max(s_a, s_b)
+def verdict(gap, noise):
     if gap > noise:
-        return "ahead", gap, noise
+        return "ahead"
     if -gap > noise:
-        return "behind", gap, noise
-    return "level", gap, noise
+        return "behind"
+    return "level"
+
+
+def compare(runs, size, a, b, which, lower_better):
+    """The mixture a against baseline b at size: (unpaired verdict, gap, 2 x
+    the larger spread; paired verdict, mean per-seed gap, 2 x the spread of
+    the per-seed gaps). A seed fixes the partition, so the same seed's runs
+    of two strategies are a pair."""
+    ra, rb = runs.get((size, a)), runs.get((size, b))
+    if not ra or not rb:
+        return None
+    sign = -1 if lower_better else 1
+    ma, sa = stats([v[which] for v in ra.values()])
+    mb, sb = stats([v[which] for v in rb.values()])
+    gap, noise = sign * (ma - mb), 2 * max(sa, sb)
+    common = sorted(set(ra) & set(rb))
+    diffs = [sign * (ra[k][which] - rb[k][which]) for k in common]
+    pm, ps = stats(diffs) if diffs else (0.0, 0.0)
+    return verdict(gap, noise), gap, noise, verdict(pm, 2 * ps), pm, 2 * ps
 
 
 def svg(setting, runs, sizes, strategies, which, lower_better, title, out):
@@ -143,11 +159,8 @@ def main():
             cells.append(f"{m:.2f} ± {sd:.2f} ({len(seeds)})")
         vs = []
         for base in ("local", "fedavg"):
-            if mixture in ms and base in ms:
-                v, gap, noise = verdict(*ms[mixture], *ms[base], lower_better)
-                vs.append(f"{v} ({gap:+.2f}; 2σ {noise:.2f})")
-            else:
-                vs.append("")
+            c = compare(runs, sz, mixture, base, which, lower_better)
+            vs.append(f"{c[0]} ({c[1]:+.2f}, 2σ {c[2]:.2f}); paired {c[3]} ({c[4]:+.2f}, 2σ {c[5]:.2f})" if c else "")
         print(f"| {sz} | " + " | ".join(cells) + " | " + " | ".join(vs) + " |")
     if a.svg:
         svg(setting, runs, sizes, strategies, which, lower_better,
