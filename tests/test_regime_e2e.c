@@ -130,19 +130,19 @@ static void test_text_in_bytes(void **state)
 static void test_refusals(void **state)
 {
     (void)state;
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s --client-bytes 4096 --rounds 1", BIN("client/fedmoe-sim"));
-    procs_expect_refusal(cmd, "--client-bytes caps text");
-    snprintf(cmd, sizeof cmd, "%s --insecure --task text --client-examples 100 --rounds 1", BIN("server/fedmoe-server"));
-    procs_expect_refusal(cmd, "text is capped in bytes");
-    snprintf(cmd, sizeof cmd, "%s --task text --domains rotate --rounds 1", BIN("client/fedmoe-sim"));
-    procs_expect_refusal(cmd, "not text");
-    snprintf(cmd, sizeof cmd, "%s --domains swirl", BIN("client/fedmoe-sim"));
-    procs_expect_refusal(cmd, "'swirl' is not a domain");
-    snprintf(cmd, sizeof cmd, "%s --insecure --client-examples 0", BIN("server/fedmoe-server"));
-    procs_expect_refusal(cmd, "--client-examples");
-    snprintf(cmd, sizeof cmd, "%s --insecure --concept-groups 65", BIN("server/fedmoe-server"));
-    procs_expect_refusal(cmd, "--concept-groups");
+    static const char *const cases[][3] = { /* program, flags, what the one line says */
+        {"client/fedmoe-sim", "--client-bytes 4096 --rounds 1", "--client-bytes caps text"},
+        {"server/fedmoe-server", "--insecure --task text --client-examples 100", "text is capped in bytes"},
+        {"client/fedmoe-sim", "--task text --domains rotate --rounds 1", "not text"},
+        {"client/fedmoe-sim", "--domains swirl", "'swirl' is not a domain"},
+        {"server/fedmoe-server", "--insecure --client-examples 0", "--client-examples"},
+        {"server/fedmoe-server", "--insecure --concept-groups 65", "--concept-groups"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char cmd[1024];
+        snprintf(cmd, sizeof cmd, "%s/%s %s", FM_BIN_DIR, cases[i][0], cases[i][1]);
+        procs_expect_refusal(cmd, cases[i][2]);
+    }
 }
 
 int main(void)
