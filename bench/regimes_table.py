@@ -144,7 +144,9 @@ def main():
     sizes = sorted({k[0] for k in runs}, key=size_key)
     strategies = [s for s in ORDER if any((sz, s) in runs for sz in sizes)]
     which = 0 if a.score == "final" else 1
-    print(f"{setting}: {a.score} {'bits per byte' if lower_better else 'test accuracy %'}, mean +- std (n seeds)")
+    nseeds = max(len(v) for v in runs.values())
+    score = "final" if a.score == "final" else "best-on-validation"
+    print(f"{setting}: {score} {'test bits per byte' if lower_better else 'test accuracy %'}, mean ± std over {nseeds} seeds")
     print("| size | " + " | ".join(strategies) + f" | {mixture} vs local | {mixture} vs fedavg |")
     print("|---" * (len(strategies) + 3) + "|")
     for sz in sizes:
@@ -156,11 +158,12 @@ def main():
                 continue
             m, sd = stats([v[which] for v in seeds.values()])
             ms[st] = (m, sd)
-            cells.append(f"{m:.2f} ± {sd:.2f} ({len(seeds)})")
+            cells.append(f"{m:.2f} ± {sd:.2f}" + ("" if len(seeds) == nseeds else f" (n {len(seeds)})"))
         vs = []
         for base in ("local", "fedavg"):
             c = compare(runs, sz, mixture, base, which, lower_better)
-            vs.append(f"{c[0]} ({c[1]:+.2f}, 2σ {c[2]:.2f}); paired {c[3]} ({c[4]:+.2f}, 2σ {c[5]:.2f})" if c else "")
+            vs.append(f"paired {c[4]:+.2f} (2σ {c[5]:.2f}) **{c[3]}**; unpaired {c[1]:+.2f} (2σ {c[2]:.2f}) {c[0]}"
+                      if c else "")
         print(f"| {sz} | " + " | ".join(cells) + " | " + " | ".join(vs) + " |")
     if a.svg:
         svg(setting, runs, sizes, strategies, which, lower_better,
