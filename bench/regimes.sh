@@ -59,14 +59,14 @@ for size in $sizes; do
       id=$(grep -m1 '^run ' "$out/sim-$tag.txt" | awk '{print $2}')
       rm -rf "$out/work-$tag"
       # final, and best on validation: the test score of the round whose
-      # validation score is best (accuracy: highest; text: lowest loss)
+      # validation accuracy is best (text: next-byte accuracy; the round log
+      # keeps no validation loss a round)
       "$build/server/fedmoe-history" --db "$db" export "$id" | awk -F, -v text="$([[ $setting == text ]] && echo 1 || echo 0)" \
         -v tag="$setting $size $strategy $seed $id" '
         NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
         {
-          if (text) { t = $col["test_loss"] / log(2); v = $col["val_loss"] / log(2); better = (n == 0 || v < vb) }
-          else { t = 100 * $col["test_accuracy"]; v = 100 * $col["val_accuracy"]; better = (n == 0 || v > vb) }
-          if (better) { vb = v; tb = t }
+          t = text ? $col["test_loss"] / log(2) : 100 * $col["test_accuracy"]; v = $col["val_accuracy"]
+          if (n == 0 || v > vb) { vb = v; tb = t }
           tf = t; n++
         }
         END { printf "%s %.4f %.4f\n", tag, tf, tb }' >> "$out/runs.txt"
