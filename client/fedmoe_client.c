@@ -137,6 +137,9 @@ int main(int argc, char **argv)
     }
     ds.seed = spec.seed;
     ds.context = mc.context;
+    ds.regime = spec.regime;
+    if (fm_regime_check(&ds.regime, mc.family == FM_FAMILY_TEXT) != FM_OK)
+        return fail();
     const uint64_t seed = spec.seed;
     const int epochs = o.epochs;
     const bool cosine = spec.lr_schedule == FM_LR_COSINE;

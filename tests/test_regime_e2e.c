@@ -3,7 +3,8 @@
  * client, feature shift (every domain) with concept shift on top, and text
  * capped in bytes. Each run finishes; every client trains on exactly the data
  * the coordinator sized for its partition under the cap; the run's logged
- * configuration names the regime; and the refusals are one clear line. */
+ * configuration names the regime; a standalone client caps its partition
+ * too; and the refusals are one clear line. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -127,6 +128,19 @@ static void test_text_in_bytes(void **state)
     fm_store_close(&st);
 }
 
+/* A standalone client applies the regime to its partition too. */
+static void test_standalone(void **state)
+{
+    (void)state;
+    char cmd[1024], *out;
+    snprintf(cmd, sizeof cmd, "%s --standalone --partition 3/10 --client-examples 50 --domains invert "
+             "--concept-groups 2 --epochs 1 2>&1", BIN("client/fedmoe-client"));
+    assert_int_equal(procs_capture(cmd, &out), 0);
+    if (!strstr(out, "client 3/10: 40 train, 10 validation,"))
+        fail_msg("the standalone client did not cap its data: %s", out);
+    free(out);
+}
+
 static void test_refusals(void **state)
 {
     (void)state;
@@ -137,6 +151,7 @@ static void test_refusals(void **state)
         {"client/fedmoe-sim", "--domains swirl", "'swirl' is not a domain"},
         {"server/fedmoe-server", "--insecure --client-examples 0", "--client-examples"},
         {"server/fedmoe-server", "--insecure --concept-groups 65", "--concept-groups"},
+        {"client/fedmoe-client", "--standalone --client-bytes 50 --epochs 1", "image data is capped in examples"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char cmd[1024];
@@ -149,6 +164,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_standalone),
         cmocka_unit_test(test_scarce_images),
         cmocka_unit_test(test_domains_and_concepts),
         cmocka_unit_test(test_text_in_bytes),
