@@ -141,6 +141,27 @@ static void test_standalone(void **state)
     free(out);
 }
 
+/* fedmoe-domains draws a PNG of a row a class and a column a domain. */
+static void test_domains_picture(void **state)
+{
+    (void)state;
+    char cmd[1024], png[512], *out;
+    snprintf(png, sizeof png, "%s/domains.png", dir);
+    snprintf(cmd, sizeof cmd, "%s %s 2>&1", BIN("bench/fedmoe-domains"), png);
+    assert_int_equal(procs_capture(cmd, &out), 0);
+    free(out);
+    FILE *f = fopen(png, "rb");
+    assert_non_null(f);
+    unsigned char h[24];
+    assert_int_equal(fread(h, 1, sizeof h, f), sizeof h);
+    fclose(f);
+    assert_memory_equal(h, "\x89PNG\r\n\x1a\n", 8);
+    unsigned w = (unsigned)h[16] << 24 | h[17] << 16 | h[18] << 8 | h[19];
+    unsigned ht = (unsigned)h[20] << 24 | h[21] << 16 | h[22] << 8 | h[23];
+    assert_int_equal(w, FM_DOMAIN_KINDS * (28 * 2 + 4) + 4); /* 8 domains of 28 pixels, twice their size */
+    assert_int_equal(ht, 10 * (28 * 2 + 4) + 4);               /* 10 classes */
+}
+
 static void test_refusals(void **state)
 {
     (void)state;
@@ -165,6 +186,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_standalone),
+        cmocka_unit_test(test_domains_picture),
         cmocka_unit_test(test_scarce_images),
         cmocka_unit_test(test_domains_and_concepts),
         cmocka_unit_test(test_text_in_bytes),
