@@ -1,4 +1,4 @@
-/* coordinator.h - the coordinator (DESIGN sections 4, 6, 7): an object that takes
+/* coordinator.h - the coordinator (docs/architecture.md, docs/protocol.md): an object that takes
  * messages and clock ticks and answers through a send callback, and the daemon
  * loop that drives it from a ZeroMQ ROUTER socket.
  *

@@ -1,4 +1,4 @@
-/* round.h - one federated round as a state machine (DESIGN section 4).
+/* round.h - one federated round as a state machine (docs/architecture.md).
  *
  *   WAITING --open--> OPEN --decide: all in / deadline--> commit or abandon --> WAITING
  *                      |  ^

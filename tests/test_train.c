@@ -120,7 +120,7 @@ static void run_levels(bool gate_on_val)
     fm_trainer_t *t = NULL;
     assert_int_equal(fm_trainer_new(&t, m, &tc, 1, 1), FM_OK);
     fm_params_t *ps = fm_model_params(m);
-    /* the levels are as DESIGN section 3 says */
+    /* the levels are as docs/model.md "Client step" says */
     for (int i = 0; i < ps->count; i++) {
         const fm_param_t *p = &ps->params[i];
         bool router = p->role == FM_ROLE_ROUTER, gate = p->role == FM_ROLE_GATING;

@@ -111,7 +111,7 @@ const char *fm_stem_name(fm_stem_kind k);
  * (nothing is allocated; 0 for an unknown family). */
 double fm_model_config_parameters(const fm_model_config_t *c);
 
-/* Fills c with the defaults of DESIGN section 2. */
+/* Fills c with the defaults of docs/model.md. */
 void fm_model_config_default(fm_model_config_t *c);
 /* Checks sizes; on error records a reason (fm_error_last) and returns FM_ERR_ARG. */
 fm_status fm_model_config_check(const fm_model_config_t *c);

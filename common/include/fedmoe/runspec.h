@@ -1,7 +1,7 @@
 /* runspec.h - what a federated run is: strategy, model, training and data specs,
  * which parameters the strategy federates, and their wire / JSON forms.
  *
- * Strategies (DESIGN section 4), all on the same model:
+ * Strategies (README, docs/architecture.md), all on the same model:
  *   local     nothing shared; no gating
  *   fedavg    one global model: every expert, router and prompt averaged; no gating
  *   comigs    shared group (stem, norms, generalists) + prompt averaged; no gating

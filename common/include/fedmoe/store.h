@@ -1,4 +1,4 @@
-/* store.h - the round log: one SQLite file in WAL mode (DESIGN section 7).
+/* store.h - the round log: one SQLite file in WAL mode (docs/architecture.md).
  *
  * The coordinator is the only writer; it commits each round (the round row, its
  * client rows and a checkpoint of the global state) in one transaction, so a

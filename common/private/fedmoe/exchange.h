@@ -1,6 +1,5 @@
 /* exchange.h - what a round exchanges: the one place that decides, per strategy,
- * what a Task and an Update carry and how each side reads them (DESIGN sections 3,
- * 4 and 6). Adding a strategy or a round phase touches this module and the
+ * what a Task and an Update carry and how each side reads them (docs/protocol.md). Adding a strategy or a round phase touches this module and the
  * coordinator's round module, nothing else.
  *
  *              Task (down)                          Update (up)
