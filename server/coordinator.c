@@ -61,7 +61,10 @@ int64_t fm_coord_emit(fm_coordinator_t *c, const char *id, Fedmoe__Envelope *env
 
 static void send_error(fm_coordinator_t *c, const char *id, fm_wire_code code, const char *text)
 {
-    if (fm_log_limit_take(&c->refusals, c->now, WARNINGS_PER_SECOND, "refusals"))
+    if (!fm_budget_take(c->budget, id, FM_BUDGET_REPLY, c->now))
+        return; /* (counted; budget.h logs the sum) */
+    if (fm_budget_take(c->budget, id, FM_BUDGET_REFUSAL, c->now) &&
+        fm_log_limit_take(&c->refusals, c->now, WARNINGS_PER_SECOND, "refusals"))
         fm_warn("client %s: %s", id, text);
     uint8_t *buf;
     size_t len;
@@ -365,10 +368,25 @@ static void handle_hello(fm_coordinator_t *c, const char *id, const Fedmoe__Hell
     fm_client_t *cl = fm_registry_at(c->reg, slot);
     bool was = cl->connected;
     /* a Hello that changes nothing is not written to the round log more than once
-     * a minute: a Hello flood must not cost a transaction (an fsync) each */
+     * a minute: a Hello flood must not cost a transaction (an fsync) each; nor
+     * answered more than about once a second (budget.h) */
     bool changed = !cl->greeted || cl->partition != part || cl->specialists != (int)h->specialists ||
                    cl->train_samples != h->train_samples || cl->val_samples != h->val_samples ||
                    cl->test_samples != h->test_samples;
+    if (!changed && was && !fm_budget_take(c->budget, id, FM_BUDGET_WELCOME, now)) {
+        cl->last_seen = now;
+        return;
+    }
+    /* changing partition, or counts it had declared, is a restart with other
+     * data: twice a minute at most (a key alternating between two partitions
+     * would otherwise cost a transaction and a log line each time); a client's
+     * first counts, after a Hello without data, are not a change */
+    bool moved = cl->greeted && (cl->partition != part || (cl->train_samples > 0 && changed));
+    if (moved && !fm_budget_take(c->budget, id, FM_BUDGET_CHANGE, now)) {
+        send_error(c, id, FM_WIRE_REJECTED, "this client changed its partition or counts twice in the last "
+                                             "minute: say hello with the ones it had, or wait");
+        return;
+    }
     fm_registry_set_partition(c->reg, slot, part);
     cl->specialists = (int)h->specialists;
     cl->ready = h->train_samples > 0;
@@ -376,11 +394,10 @@ static void handle_hello(fm_coordinator_t *c, const char *id, const Fedmoe__Hell
     cl->val_samples = h->val_samples;
     cl->test_samples = h->test_samples;
     cl->weight = (uint64_t)weight;
+    cl->own_counts = h->own_data || !c->sizes;
     cl->connected = true;
     cl->greeted = true;
-    cl->last_seen = now;
-    cl->benched_until = 0; /* a client that says hello starts afresh */
-    cl->benched_until_s = 0.0;
+    cl->last_seen = now; /* (a client sitting out rounds still does: a Hello is no excuse) */
     if (changed || now - cl->logged_at >= HELLO_LOG_EVERY_S) {
         log_client(c, cl);
         cl->logged_at = now;
@@ -396,9 +413,11 @@ static void handle_hello(fm_coordinator_t *c, const char *id, const Fedmoe__Hell
     fm_log(changed || !was ? FM_LOG_INFO : FM_LOG_DEBUG, "client %s %s (partition %d, %u specialists)", id,
            was ? "said hello again" : "joined", part, h->specialists);
     /* a participant restarted mid-round lost its task: once it has its data again,
-     * send the task again */
+     * send the task again, once a round (after that only when its heartbeat
+     * shows it lacks it: check_progress) */
     fm_participant_t *p = fm_round_find(&c->round, slot);
-    if (p && cl->ready && fm_round_rejoin(&c->round, p)) {
+    if (p && cl->ready && fm_round_rejoin(&c->round, p) && !p->resent_on_hello) {
+        p->resent_on_hello = true;
         fm_info("round %d: client %s is a participant: task sent again", c->round.number, id);
         fm_coord_queue_task(c, p);
     }
@@ -588,7 +607,9 @@ void fm_coordinator_handle(fm_coordinator_t *c, const char *id, const uint8_t *d
             check_progress(c, slot, env->heartbeat);
         break;
     case FEDMOE__ENVELOPE__BODY_ERROR:
-        fm_warn("client %s reports error %u: %.200s", id, env->error->code, env->error->text);
+        if (fm_budget_take(c->budget, id, FM_BUDGET_REPORT, now) &&
+            fm_log_limit_take(&c->reports, now, WARNINGS_PER_SECOND, "error reports"))
+            fm_warn("client %s reports error %u: %.200s", id, env->error->code, env->error->text);
         break;
     default: send_error(c, id, FM_WIRE_MALFORMED, "a coordinator takes hello, update, heartbeat and error messages"); break;
     }

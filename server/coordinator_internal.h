@@ -10,6 +10,7 @@
 #include "fedmoe/log.h"
 #include "fedmoe/store.h"
 #include "fedmoe/wire.h"
+#include "budget.h"
 #include "fanout.h"
 #include "registry.h"
 #include "round.h"
@@ -42,6 +43,8 @@ struct fm_coordinator {
     bool started_set;
     fm_log_limit_t refusals;      /* refusal warnings, at most WARNINGS_PER_SECOND */
     fm_log_limit_t resends;       /* "task sent again" lines, likewise */
+    fm_log_limit_t reports;       /* clients' Error reports logged, likewise */
+    fm_budget_t *budget;          /* what one client id may cost (replies, Welcomes, changes, log lines) */
     double waiting_logged;
     double swept;                 /* when silent clients were last looked for */
     bool finished;

@@ -118,8 +118,8 @@ static fm_status try_open_round(fm_coordinator_t *c, double now)
 }
 
 /* Participants that gave nothing usable sit out rounds after BENCH_AFTER such
- * rounds in a row (1, 2, 4... up to BENCH_MAX), until they say hello again, or
- * for as long as that many rounds could last at most (the timeout and its
+ * rounds in a row (1, 2, 4... up to BENCH_MAX rounds; a Hello or a reconnect
+ * does not end it), or for as long as that many rounds could last at most (the timeout and its
  * extensions each): when every client is benched and a round is run again, the
  * round number does not advance, and a bench in rounds alone stalled the run
  * for good (seen with slow clients under AddressSanitizer). */
@@ -140,8 +140,7 @@ static void count_failures(fm_coordinator_t *c, double now)
         sit = sit > BENCH_MAX ? BENCH_MAX : sit;
         cl->benched_until = c->round.number + 1 + sit;
         cl->benched_until_s = now + sit * c->cfg.round_timeout * (1 + FM_ROUND_MAX_EXTENSIONS);
-        fm_warn("client %s: no usable update in %d rounds in a row: not selected for %d round%s (or until it "
-                "says hello again)",
+        fm_warn("client %s: no usable update in %d rounds in a row: not selected for %d round%s",
                 cl->id, cl->failures, sit, sit == 1 ? "" : "s");
     }
 }
@@ -161,14 +160,20 @@ static void round_row(const fm_coordinator_t *c, double now, fm_round_row_t *r)
         const fm_participant_t *p = &c->round.parts[i];
         if (p->state != FM_PART_COMPLETED)
             continue;
+        /* a client whose counts are its own word weighs at most --max-weight
+         * examples in each sum (its ratios kept): declaring 2^40 test examples
+         * cannot make the round's accuracy its own */
+        bool own = fm_registry_at(c->reg, p->slot)->own_counts;
+        double ts = (double)p->row.test_samples, vs = (double)p->row.val_samples, cap = (double)c->weight_cap;
+        double wt = own && ts > cap ? cap / ts : 1.0, wv = own && vs > cap ? cap / vs : 1.0;
         tl += p->row.train_loss * (double)p->row.train_samples;
         tn += (double)p->row.train_samples;
-        sl += p->row.test_loss * (double)p->row.test_samples;
-        sn += (double)p->row.test_samples;
-        corr += (double)p->row.test_correct;
-        gs += p->row.generalist_share * (double)p->row.test_samples;
-        vn += (double)p->row.val_samples;
-        vcorr += (double)p->row.val_correct;
+        sl += p->row.test_loss * ts * wt;
+        sn += ts * wt;
+        corr += (double)p->row.test_correct * wt;
+        gs += p->row.generalist_share * ts * wt;
+        vn += vs * wv;
+        vcorr += (double)p->row.val_correct * wv;
     }
     r->train_loss = tn > 0 ? tl / tn : 0.0;
     r->test_loss = sn > 0 ? sl / sn : 0.0;
@@ -181,7 +186,11 @@ static void round_row(const fm_coordinator_t *c, double now, fm_round_row_t *r)
 }
 
 /* The bounds on update distances for the next round: fixed, none, or (auto)
- * FM_CLIP_AUTO_FACTOR x the median distance of this round's accepted updates. */
+ * FM_CLIP_AUTO_FACTOR x the lower median of this round's accepted distances
+ * (the ceil(k/2)-th smallest of k): set by the honest updates whenever fewer
+ * than half are an attacker's, so with two updates one attacker is bounded by
+ * twice the other's distance (the mean of two, the plain median, was its own).
+ * A single update sets no bound: the earlier round's stays. */
 static void next_clip(const fm_coordinator_t *c, double clip[2])
 {
     clip[0] = c->clip[0];
@@ -194,8 +203,8 @@ static void next_clip(const fm_coordinator_t *c, double clip[2])
         for (int i = 0; i < c->round.nparts; i++)
             if (c->round.parts[i].state == FM_PART_COMPLETED && c->round.parts[i].norm[g] > 0.0)
                 v[k++] = c->round.parts[i].norm[g];
-        if (k)
-            clip[g] = FM_CLIP_AUTO_FACTOR * fm_median(v, k);
+        if (k >= 2)
+            clip[g] = FM_CLIP_AUTO_FACTOR * fm_lower_median(v, k);
     }
     free(v);
 }
@@ -348,6 +357,8 @@ fm_status fm_coordinator_tick(fm_coordinator_t *c, double now)
     fm_coord_set_now(c, now);
     fm_log_limit_flush(&c->refusals, now, "refusals");
     fm_log_limit_flush(&c->resends, now, "task resends");
+    fm_log_limit_flush(&c->reports, now, "error reports");
+    fm_budget_flush(c->budget, now);
     sweep_silent(c, now);
     fm_status st = FM_OK;
     if (c->round.state == FM_ROUND_OPEN && (st = decide(c, now)) != FM_OK)

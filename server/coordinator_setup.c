@@ -213,7 +213,8 @@ fm_status fm_coordinator_new(fm_coordinator_t **out, const fm_server_config_t *c
     fm_round_init(&c->round, 1, cfg->round_timeout);
     if ((st = fm_run_spec_finish(&c->spec)) != FM_OK || (st = initial_state(c)) != FM_OK ||
         (st = fm_registry_new(&c->reg, c->spec.partition_count)) != FM_OK || (st = fm_aggregator_new(&c->agg_model, c->dims.nmodel)) != FM_OK ||
-        (st = fm_aggregator_new(&c->agg_prompt, c->dims.nprompt)) != FM_OK)
+        (st = fm_aggregator_new(&c->agg_prompt, c->dims.nprompt)) != FM_OK ||
+        (st = fm_budget_new(&c->budget, 4 * c->spec.partition_count + 4096)) != FM_OK)
         goto fail;
     data_sizes(c);
     fm_aggregator_set_rule(c->agg_model, &c->spec.aggregate);
@@ -238,6 +239,7 @@ void fm_coordinator_destroy(fm_coordinator_t **cp)
     fm_coord_end_tasks(c);
     fm_round_free(&c->round);
     fm_registry_destroy(&c->reg);
+    fm_budget_free(&c->budget);
     free(c->global);
     free(c->gprompt);
     free(c->scratch);

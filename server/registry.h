@@ -21,11 +21,12 @@ typedef struct {
     int specialists;
     uint64_t train_samples, val_samples, test_samples; /* as its hello declared them */
     uint64_t weight;        /* its averaging weight, decided at hello */
+    bool own_counts;        /* its counts are its own word (data of its own, or the dataset unreadable here) */
     bool connected;         /* said hello and not silent since */
     bool ready;             /* has its data: said hello with sample counts */
     bool greeted;           /* said hello to this coordinator since it started */
     int failures;           /* rounds in a row it was selected for and gave nothing usable */
-    int benched_until;      /* not selected before this round (after failures; reset by hello) */
+    int benched_until;      /* not selected before this round (after failures; a Hello does not reset it) */
     double benched_until_s; /* ... nor before this time: rounds run again do not advance the round
                                number, so a bench in rounds alone could last for ever */
     double last_seen;       /* the coordinator's clock at its last message */

@@ -50,6 +50,7 @@ typedef struct {
     float *prompt;             /* uploaded prompt, staged until the round commits (owned) */
     double norm[2];            /* its update's L2 distance from the state sent (model, prompt), before clipping */
     double task_sent_at;       /* when its Task was last sent (the caller's clock) */
+    bool resent_on_hello;      /* its Task was sent again after a Hello this round (once at most) */
     fm_client_round_row_t row; /* its line in the round log */
 } fm_participant_t;
 

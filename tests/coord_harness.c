@@ -159,6 +159,11 @@ static void update_with(fm_coordinator_t *c, const char *id, float delta, uint64
     float acc;
     procs_fake_counts(samples, &u.metrics.val_samples, &u.metrics.test_samples, &u.metrics.test_correct, &acc);
     u.metrics.test_accuracy = fault == PERFECT_SCORE ? 1.0 : acc; /* not what its counts say */
+    if (fault == ALL_CORRECT) {
+        u.metrics.test_correct = u.metrics.test_samples;
+        u.metrics.val_correct = u.metrics.val_samples;
+        u.metrics.test_accuracy = 1.0f;
+    }
     uint8_t *buf;
     size_t len;
     assert_int_equal(fm_exchange_encode_update(&run_spec, &d, &u, &buf, &len), FM_OK);
@@ -212,6 +217,25 @@ void client_status(const char *db, int round, const char *id, char out[16])
 }
 
 int rounds_logged(const char *db) { return procs_committed_rounds(db); }
+
+double round_accuracy(const char *db, int r)
+{
+    fm_store_t *s;
+    fm_run_row_t run;
+    procs_open_latest(db, &s, &run);
+    fm_round_row_t *rows = NULL;
+    int n = 0;
+    assert_int_equal(fm_store_list_rounds(s, run.id, &rows, &n), FM_OK);
+    double acc = -1.0;
+    for (int i = 0; i < n; i++)
+        if (rows[i].round == r)
+            acc = rows[i].test_accuracy;
+    free(rows);
+    fm_store_run_clear(&run);
+    fm_store_close(&s);
+    assert_true(acc >= 0.0);
+    return acc;
+}
 
 /* A coordinator for n clients (one partition each) that all say hello with
  * `samples` at time 0; the first round opened. */

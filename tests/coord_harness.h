@@ -38,10 +38,11 @@ void hello(fm_coordinator_t *c, const char *id, uint64_t samples, double now);
 void heartbeat(fm_coordinator_t *c, const char *id, double now);
 /* A heartbeat that reports the client's progress (the newest Task and Update rounds). */
 void heartbeat_progress(fm_coordinator_t *c, const char *id, uint32_t task_round, uint32_t sent_round, double now);
-typedef enum { HONEST, SHORT, NOT_FINITE, REPLAYED, PERFECT_SCORE } fault_t;
+typedef enum { HONEST, SHORT, NOT_FINITE, REPLAYED, PERFECT_SCORE, ALL_CORRECT } fault_t;
 /* The Update for id's newest Task: its model plus delta in every value, with
  * procs_fake_counts(samples); the fault changes one thing (one value short, a
- * NaN, another task's nonce, a 100% accuracy its counts do not give). */
+ * NaN, another task's nonce, a 100% accuracy its counts do not give, every
+ * test and validation example right: a lie the coordinator cannot see). */
 void update(fm_coordinator_t *c, const char *id, float delta, uint64_t samples, fault_t fault, double now);
 /* An honest Update of 100 samples whose prompt is `fill` in every value. */
 void update_prompt(fm_coordinator_t *c, const char *id, float fill, double now);
@@ -49,6 +50,8 @@ void updates(fm_coordinator_t *c, const char *const *ids, int n, float delta, ui
 
 /* The round log. */
 int rounds_logged(const char *db);
+/* The test accuracy logged for round r of the latest run. */
+double round_accuracy(const char *db, int r);
 void client_status(const char *db, int round, const char *id, char out[16]);
 /* A tick at now after which the run has `rounds` rounds logged. */
 void expect_rounds(fm_coordinator_t *c, const fm_server_config_t *cfg, double now, int rounds);

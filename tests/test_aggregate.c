@@ -226,8 +226,10 @@ static void test_clip_to_norm(void **state)
     assert_float_equal(x[2], 1.0f, 0);
     assert_float_equal(fm_clip_to_norm(x, ref, 4, 1.0), 1.0, 1e-6);
     double v[4] = {7, 1, 3, 100};
-    assert_float_equal(fm_median(v, 4), 5.0, 0);
-    assert_float_equal(fm_median(v, 3), 3.0, 0); /* the sorted first three: 1 3 7 */
+    assert_float_equal(fm_lower_median(v, 4), 3.0, 0); /* 1 3 7 100: the second, not the 5 between */
+    assert_float_equal(fm_lower_median(v, 3), 3.0, 0); /* the sorted first three: 1 3 7 */
+    double two[2] = {1e6, 2};
+    assert_float_equal(fm_lower_median(two, 2), 2.0, 0); /* one of two cannot set it */
 }
 
 static void test_knn(void **state)

@@ -381,10 +381,10 @@ static int cmp_double(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
-double fm_median(double *v, int n)
+double fm_lower_median(double *v, int n)
 {
     if (n <= 0)
         return 0.0;
     qsort(v, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    return v[(n - 1) / 2];
 }

@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 static fm_log_level g_level = FM_LOG_INFO;
+static _Atomic unsigned long g_lines;
 static _Thread_local char g_error[512];
 
 void fm_log_set_level(fm_log_level level) { g_level = level; }
@@ -39,7 +40,10 @@ void fm_log(fm_log_level level, const char *fmt, ...)
     char safe[4 * sizeof line];
     escape_controls(safe, sizeof safe, line);
     fprintf(stderr, "%s %-5s %s\n", stamp, names[level], safe);
+    g_lines++;
 }
+
+unsigned long fm_log_lines(void) { return g_lines; }
 
 void fm_error_set(const char *fmt, ...)
 {

@@ -86,7 +86,8 @@ int fm_aggregator_count(const fm_aggregator_t *a);
  * becomes ref + (x - ref) x bound / norm. bound <= 0: no bound. Returns the norm
  * before clipping (summed in index order in double: a function of x and ref). */
 double fm_clip_to_norm(float *x, const float *ref, size_t n, double bound);
-/* The median of v[0..n) (sorts v); 0 when n is 0. */
-double fm_median(double *v, int n);
+/* The lower median of v[0..n): its ceil(n/2)-th smallest value, which the
+ * larger half cannot move (sorts v); 0 when n is 0. */
+double fm_lower_median(double *v, int n);
 
 #endif

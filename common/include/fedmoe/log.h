@@ -15,6 +15,9 @@ void fm_log_set_level(fm_log_level level);
  * written as \xNN. */
 void fm_log(fm_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Lines written since the program started (all threads; tests of log floods). */
+unsigned long fm_log_lines(void);
+
 #define fm_debug(...) fm_log(FM_LOG_DEBUG, __VA_ARGS__)
 #define fm_info(...)  fm_log(FM_LOG_INFO, __VA_ARGS__)
 #define fm_warn(...)  fm_log(FM_LOG_WARN, __VA_ARGS__)
