@@ -1,7 +1,10 @@
 /* libFuzzer target: the decode-and-validate path of everything that arrives from
  * the network: envelope decoding with the size limit and version check, tensors
  * (name, shape, length, digest, finiteness) as the coordinator and clients check
- * them, and a Welcome's specs as a client turns them into a run spec. */
+ * them, a Welcome's specs as a client turns them into a run spec, and the
+ * decode-cost budget: what protobuf-c allocates decoding an accepted message,
+ * counted by an allocator of its own, never passes its charge
+ * (fm_wire_decode_cost) nor the budget (fm_wire_decode_budget). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,11 +33,34 @@ static void check_tensor(const Fedmoe__Tensor *t, const char *name)
     free(out);
 }
 
+/* Bytes allocated by protobuf-c, with 16 for the allocator's own per block
+ * (the charge the budget makes for each). */
+static size_t g_allocated;
+
+static void *counted_alloc(void *data, size_t size)
+{
+    (void)data;
+    g_allocated += size + 16;
+    return malloc(size);
+}
+
+static void counted_free(void *data, void *p)
+{
+    (void)data;
+    free(p);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     Fedmoe__Envelope *env = NULL;
     if (fm_wire_decode(data, size, MAX_MESSAGE, &env) != FM_OK)
         return 0;
+    ProtobufCAllocator counting = {counted_alloc, counted_free, NULL};
+    g_allocated = 0;
+    Fedmoe__Envelope *again = fedmoe__envelope__unpack(&counting, size, data);
+    if (!again || g_allocated > fm_wire_decode_cost(data, size) || g_allocated > fm_wire_decode_budget(size))
+        abort(); /* accepted, but decoding it allocates more than charged, or than the budget */
+    fedmoe__envelope__free_unpacked(again, &counting);
     switch (env->body_case) {
     case FEDMOE__ENVELOPE__BODY_UPDATE:
         for (size_t i = 0; i < env->update->n_model; i++)

@@ -146,11 +146,12 @@ static void test_random_bytes(void **state)
 
 /* Decode amplification: an Update of n empty tensors is ~2 bytes a tensor on
  * the wire and a ~130-byte structure each once decoded (2.9 MB cost 192 MB).
- * Past FM_WIRE_MAX_SUBMESSAGES it is refused before decoding; below it decodes. */
+ * Past the decode budget (and FM_WIRE_MAX_SUBMESSAGES) it is refused before
+ * decoding; within it decodes. */
 static void test_many_empty_tensors(void **state)
 {
     (void)state;
-    int counts[2] = {FM_WIRE_MAX_SUBMESSAGES - 10, 200000};
+    int counts[2] = {200, 200000}; /* (200: within the decode budget's slack) */
     for (int k = 0; k < 2; k++) {
         int n = counts[k];
         Fedmoe__Tensor *t = calloc((size_t)n, sizeof *t), **list = calloc((size_t)n, sizeof *list);
@@ -183,6 +184,137 @@ static void test_many_empty_tensors(void **state)
         free(list);
         free(t);
     }
+}
+
+/* protobuf-c's allocations, counted (16 bytes a block for the allocator's own,
+ * the charge the decode budget makes). */
+static size_t g_allocated;
+static void *counted_alloc(void *data, size_t size)
+{
+    (void)data;
+    g_allocated += size + 16;
+    return malloc(size);
+}
+static void counted_free(void *data, void *p)
+{
+    (void)data;
+    free(p);
+}
+
+/* What decoding buf allocates, measured; and it is never more than the charge. */
+static size_t decoded_bytes(const uint8_t *buf, size_t len)
+{
+    ProtobufCAllocator a = {counted_alloc, counted_free, NULL};
+    g_allocated = 0;
+    Fedmoe__Envelope *env = fedmoe__envelope__unpack(&a, len, buf);
+    assert_non_null(env);
+    fedmoe__envelope__free_unpacked(env, &a);
+    assert_true(g_allocated <= fm_wire_decode_cost(buf, len));
+    return g_allocated;
+}
+
+static uint8_t *pack(Fedmoe__Envelope *env, size_t *len)
+{
+    env->protocol_version = FM_PROTOCOL_VERSION;
+    *len = fedmoe__envelope__get_packed_size(env);
+    uint8_t *buf = malloc(*len + 4 * 1024 * 1024);
+    assert_non_null(buf);
+    fedmoe__envelope__pack(env, buf);
+    return buf;
+}
+
+/* Messages built to decode large (29x, 36x and 18x their size in memory, seen
+ * at 2.9 MB): unknown fields, empty repeated strings, a tensor shape of 1.46 M
+ * entries. Each is refused before decoding, as too costly; an honest Update of
+ * the same size decodes at about its size and is accepted. */
+static void test_decode_cost_budget(void **state)
+{
+    (void)state;
+    const size_t big = 2900000;
+    Fedmoe__Envelope *got = NULL;
+    /* an honest Update of 725,000 floats */
+    size_t nf = big / 4;
+    float *x = calloc(nf, sizeof *x);
+    Fedmoe__Envelope env;
+    Fedmoe__Update up;
+    Fedmoe__Tensor t, *list[1];
+    make_update(&env, &up, &t, list, x, 1, (uint32_t)nf);
+    size_t len;
+    uint8_t *buf = pack(&env, &len);
+    assert_int_equal(fm_wire_decode(buf, len, len, &got), FM_OK);
+    fedmoe__envelope__free_unpacked(got, NULL);
+    assert_true(decoded_bytes(buf, len) < len + 4096);
+    fm_wire_tensor_clear(&t);
+    free(buf);
+    free(x);
+
+    /* a Heartbeat followed by ~970,000 unknown fields (3 bytes each) */
+    Fedmoe__Heartbeat hb = FEDMOE__HEARTBEAT__INIT;
+    fedmoe__envelope__init(&env);
+    env.body_case = FEDMOE__ENVELOPE__BODY_HEARTBEAT;
+    env.heartbeat = &hb;
+    buf = pack(&env, &len);
+    size_t head = len;
+    while (len + 3 <= big) { /* field 1000, varint 0 */
+        buf[len++] = 0xc0;
+        buf[len++] = 0x3e;
+        buf[len++] = 0x00;
+    }
+    size_t small = head + 3 * 10000; /* (a short run of them is within the slack, and measured) */
+    assert_true(decoded_bytes(buf, small) > 10 * small);
+    assert_int_equal(fm_wire_decode(buf, len, len, &got), FM_ERR_FORMAT);
+    assert_int_equal(fm_wire_last_code(), FM_WIRE_TOO_LARGE);
+    assert_null(got);
+    free(buf);
+
+    /* a Hello with 1.45 M empty capabilities (2 bytes each) */
+    size_t nc = big / 2;
+    char **caps = malloc(nc * sizeof *caps);
+    for (size_t i = 0; i < nc; i++)
+        caps[i] = "";
+    Fedmoe__Hello h = FEDMOE__HELLO__INIT;
+    h.client_id = "x";
+    h.capabilities = caps;
+    h.n_capabilities = nc;
+    fedmoe__envelope__init(&env);
+    env.body_case = FEDMOE__ENVELOPE__BODY_HELLO;
+    env.hello = &h;
+    buf = pack(&env, &len);
+    h.n_capabilities = 10000;
+    size_t slen;
+    uint8_t *sbuf = pack(&env, &slen);
+    assert_true(decoded_bytes(sbuf, slen) > 10 * slen);
+    free(sbuf);
+    assert_int_equal(fm_wire_decode(buf, len, len, &got), FM_ERR_FORMAT);
+    assert_int_equal(fm_wire_last_code(), FM_WIRE_TOO_LARGE);
+    free(buf);
+    free(caps);
+
+    /* a tensor whose shape has 1.45 M entries (packed, 2 bytes each) */
+    size_t ns = big / 2;
+    uint32_t *shape = malloc(ns * sizeof *shape);
+    for (size_t i = 0; i < ns; i++)
+        shape[i] = 200;
+    Fedmoe__Tensor bad = FEDMOE__TENSOR__INIT;
+    bad.name = "model";
+    bad.shape = shape;
+    bad.n_shape = ns;
+    Fedmoe__Tensor *blist[1] = {&bad};
+    fedmoe__envelope__init(&env);
+    fedmoe__update__init(&up);
+    up.model = blist;
+    up.n_model = 1;
+    env.body_case = FEDMOE__ENVELOPE__BODY_UPDATE;
+    env.update = &up;
+    buf = pack(&env, &len);
+    assert_int_equal(fm_wire_decode(buf, len, len, &got), FM_ERR_FORMAT);
+    assert_int_equal(fm_wire_last_code(), FM_WIRE_TOO_LARGE);
+    bad.n_shape = 10000;
+    sbuf = pack(&env, &slen);
+    assert_true(decoded_bytes(sbuf, slen) > 2 * slen);
+    free(sbuf);
+    free(buf);
+    free(shape);
 }
 
 static void test_zmq_router_dealer(void **state)
@@ -291,6 +423,7 @@ int main(void)
         cmocka_unit_test(test_nan_and_version),
         cmocka_unit_test(test_random_bytes),
         cmocka_unit_test(test_many_empty_tensors),
+        cmocka_unit_test(test_decode_cost_budget),
         cmocka_unit_test(test_zmq_router_dealer),
         cmocka_unit_test(test_welcome_train_spec),
     };

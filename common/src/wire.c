@@ -149,48 +149,84 @@ static bool varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
     return false;
 }
 
-/* Counts the embedded messages of a message of type d in p..end, at any depth,
- * by its schema, before anything is decoded: decoding allocates a structure for
- * each (a 2-byte empty entry costs ~130 bytes), so their number, not the
- * message's size, is what bounds the decoder's memory. False when the count
- * passes FM_WIRE_MAX_SUBMESSAGES or the framing is broken. */
-static bool count_submessages(const ProtobufCMessageDescriptor *d, const uint8_t *p, const uint8_t *end, int depth,
-                              size_t *count)
+/* What decoding a message of type d in p..end may allocate, counted by its
+ * schema before anything is decoded, in *cost (bytes), and its embedded
+ * messages in *count (at any depth). protobuf-c allocates a scan record for
+ * every field it reads, the structure of each embedded message, an array entry
+ * for each element of a repeated field, a copy of each string, bytes field and
+ * unknown field: a 2-byte empty string or a 3-byte unknown field costs over 100
+ * bytes, a 1-byte packed integer 8, an empty embedded message its structure. Every charge is at least what protobuf-c allocates for it (with
+ * FM_WIRE_ALLOC_OVERHEAD for the allocator's own); fuzz/fuzz_wire.c checks
+ * that against a counting allocator. False when the count passes
+ * FM_WIRE_MAX_SUBMESSAGES, the nesting passes 8 or the framing is broken. */
+#define FM_WIRE_ALLOC_OVERHEAD 16
+static bool decode_cost(const ProtobufCMessageDescriptor *d, const uint8_t *p, const uint8_t *end, int depth,
+                        size_t *count, size_t *cost)
 {
     if (depth > 8)
         return false;
     while (p < end) {
-        uint64_t key, n;
+        uint64_t key, n = 0;
         if (!varint(&p, end, &key))
             return false;
+        const ProtobufCFieldDescriptor *f =
+            key >> 3 <= UINT32_MAX ? protobuf_c_message_descriptor_get_field(d, (unsigned)(key >> 3)) : NULL;
+        bool rep = f && f->label == PROTOBUF_C_LABEL_REPEATED;
+        size_t payload;
         switch (key & 7) {
-        case 0:
+        case 0: {
+            const uint8_t *v = p;
             if (!varint(&p, end, &n))
                 return false;
-            break;
-        case 1:
-        case 5: {
-            size_t w = (key & 7) == 1 ? 8 : 4;
-            if ((size_t)(end - p) < w)
-                return false;
-            p += w;
+            payload = (size_t)(p - v);
             break;
         }
-        case 2: {
+        case 1:
+        case 5:
+            payload = (key & 7) == 1 ? 8 : 4;
+            if ((size_t)(end - p) < payload)
+                return false;
+            p += payload;
+            break;
+        case 2:
             if (!varint(&p, end, &n) || n > (uint64_t)(end - p))
                 return false;
-            const ProtobufCFieldDescriptor *f =
-                key >> 3 <= UINT32_MAX ? protobuf_c_message_descriptor_get_field(d, (unsigned)(key >> 3)) : NULL;
-            if (f && f->type == PROTOBUF_C_TYPE_MESSAGE &&
-                (++*count > FM_WIRE_MAX_SUBMESSAGES || !count_submessages(f->descriptor, p, p + n, depth + 1, count)))
-                return false;
-            p += n;
+            payload = (size_t)n;
             break;
-        }
         default: return false; /* groups and unknown wire types: not in this protocol */
         }
+        /* every field read: protobuf-c's scan record of it (32 bytes, in slabs
+         * that at most double, freed after its message) */
+        *cost += 2 * 32 + FM_WIRE_ALLOC_OVERHEAD;
+        /* an element of a repeated field: its array entry (at most 16 bytes),
+         * and the array's own allocation charged to each element */
+        size_t entry = rep ? 16 + FM_WIRE_ALLOC_OVERHEAD : 0;
+        if (!f) { /* kept as an unknown field: its record and a copy of its bytes */
+            *cost += sizeof(ProtobufCMessageUnknownField) + FM_WIRE_ALLOC_OVERHEAD + payload;
+        } else if ((key & 7) != 2) { /* a scalar: in the structure, or an array entry */
+            *cost += entry;
+        } else if (f->type == PROTOBUF_C_TYPE_MESSAGE) {
+            const ProtobufCMessageDescriptor *sub = f->descriptor;
+            *cost += sub->sizeof_message + FM_WIRE_ALLOC_OVERHEAD + entry;
+            if (++*count > FM_WIRE_MAX_SUBMESSAGES || !decode_cost(sub, p, p + n, depth + 1, count, cost))
+                return false;
+        } else if (f->type == PROTOBUF_C_TYPE_STRING || f->type == PROTOBUF_C_TYPE_BYTES) {
+            *cost += payload + 1 + FM_WIRE_ALLOC_OVERHEAD + entry;
+        } else { /* packed scalars: one array, at most one 8-byte entry a byte */
+            *cost += 8 * payload + FM_WIRE_ALLOC_OVERHEAD;
+        }
+        if ((key & 7) == 2)
+            p += n;
     }
     return true;
+}
+
+size_t fm_wire_decode_budget(size_t len) { return FM_WIRE_DECODE_FACTOR * len + FM_WIRE_DECODE_SLACK; }
+
+size_t fm_wire_decode_cost(const uint8_t *buf, size_t len)
+{
+    size_t parts = 0, cost = fedmoe__envelope__descriptor.sizeof_message + FM_WIRE_ALLOC_OVERHEAD;
+    return decode_cost(&fedmoe__envelope__descriptor, buf, buf + len, 0, &parts, &cost) ? cost : SIZE_MAX;
 }
 
 fm_status fm_wire_decode(const uint8_t *buf, size_t len, size_t max_len, Fedmoe__Envelope **out)
@@ -200,13 +236,19 @@ fm_status fm_wire_decode(const uint8_t *buf, size_t len, size_t max_len, Fedmoe_
         fm_error_set("message of %zu bytes is over the limit of %zu", len, max_len);
         return reject(FM_WIRE_TOO_LARGE);
     }
-    size_t parts = 0;
-    if (!count_submessages(&fedmoe__envelope__descriptor, buf, buf + len, 0, &parts)) {
+    size_t parts = 0, cost = fedmoe__envelope__descriptor.sizeof_message + FM_WIRE_ALLOC_OVERHEAD;
+    if (!decode_cost(&fedmoe__envelope__descriptor, buf, buf + len, 0, &parts, &cost)) {
         if (parts <= FM_WIRE_MAX_SUBMESSAGES) {
             fm_error_set("message of %zu bytes is not a valid Envelope", len);
             return reject(FM_WIRE_MALFORMED);
         }
         fm_error_set("message of %zu bytes has more than %d embedded messages", len, FM_WIRE_MAX_SUBMESSAGES);
+        return reject(FM_WIRE_TOO_LARGE);
+    }
+    if (cost > fm_wire_decode_budget(len)) {
+        fm_error_set("message of %zu bytes would take %zu bytes to decode, more than the %zu allowed (%dx its size "
+                     "plus %d KiB: unknown fields, empty repeated entries?)",
+                     len, cost, fm_wire_decode_budget(len), FM_WIRE_DECODE_FACTOR, FM_WIRE_DECODE_SLACK / 1024);
         return reject(FM_WIRE_TOO_LARGE);
     }
     Fedmoe__Envelope *env = fedmoe__envelope__unpack(NULL, len, buf);

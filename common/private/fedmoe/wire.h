@@ -23,6 +23,15 @@
  * may hold: counted by the schema before decoding, so decoding costs memory in
  * proportion to the message's size (a Task with 64 pool prompts has ~80). */
 #define FM_WIRE_MAX_SUBMESSAGES 1024
+/* What decoding a message may allocate, at most: FM_WIRE_DECODE_FACTOR x its
+ * size plus FM_WIRE_DECODE_SLACK, charged by the schema before decoding (an
+ * honest message costs about 1x: its tensors are bytes fields). */
+#define FM_WIRE_DECODE_FACTOR 4
+#define FM_WIRE_DECODE_SLACK (64 * 1024)
+size_t fm_wire_decode_budget(size_t len);
+/* The charge for decoding buf (an Envelope): at least what protobuf-c allocates
+ * for it; SIZE_MAX when it is not a valid message by the schema's framing. */
+size_t fm_wire_decode_cost(const uint8_t *buf, size_t len);
 
 /* A connection that has not finished its ZMTP / CURVE handshake after this long
  * is closed (libzmq's default is 30 s): how long a connection that never speaks
