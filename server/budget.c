@@ -18,6 +18,7 @@ static const kind_t kinds[FM_BUDGET_KINDS] = {
     [FM_BUDGET_CHANGE] = {1.0 / 60.0, 2.0, "hellos changing partition or counts refused"},
     [FM_BUDGET_REPORT] = {0.2, 5.0, "error reports from clients not logged"},
     [FM_BUDGET_REFUSAL] = {0.2, 5.0, "refusals not logged"},
+    [FM_BUDGET_HANDSHAKE] = {0.5, 8.0, "handshakes put off (too many from one key)"},
 };
 
 typedef struct {

@@ -26,6 +26,7 @@ typedef enum {
     FM_BUDGET_CHANGE,      /* Hellos that change its partition or counts: 1 a minute, bursts of 2 */
     FM_BUDGET_REPORT,      /* its Error reports written to the log: one in 5 s, bursts of 5 */
     FM_BUDGET_REFUSAL,     /* log lines about its refused messages: one in 5 s, bursts of 5 */
+    FM_BUDGET_HANDSHAKE,   /* CURVE handshakes admitted for its key: one in 2 s, bursts of 8 */
     FM_BUDGET_KINDS
 } fm_budget_kind;
 

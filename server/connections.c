@@ -18,12 +18,20 @@
 #define CHECK_EVERY_S 0.05
 #define CHECKS_PER_S 5000.0 /* TCP_INFO calls a second at most (a check costs one per connection) */
 
+#define PENDING_BUCKETS 4096 /* per-address counts of connections yet to deliver a message, hashed */
+#define FIRST_MESSAGE_S 10.0 /* from the accept to the first message (the handshake takes at most 5 s) */
+#define DRIP_BYTES_PER_S 65536.0 /* the slowest a message may arrive once silent_s has passed */
+
 /* One accepted TCP connection, indexed by its descriptor: the bytes the kernel
- * had received from it when a message of its was last delivered. */
+ * had received from it when a message of its was last delivered, when that
+ * was, and whose it is (the id of its first message: with CURVE, its key's). */
 typedef struct {
     bool open, heard;
     uint64_t base;
+    double accepted_at, heard_at, owned_at;
+    int bucket;     /* its address's pending count, while it has delivered nothing; -1 after */
     char addr[64];
+    char owner[64]; /* "" until its first message */
 } conn_t;
 
 struct fm_conns {
@@ -34,6 +42,9 @@ struct fm_conns {
     conn_t *by_fd;
     int nfd;
     double last_check;
+    double caught_up_at;                /* when the daemon last read every waiting message */
+    int per_key, per_address;           /* connections one id may hold; pending ones from one address */
+    uint16_t pending[PENDING_BUCKETS];  /* connections yet to deliver a message, by hashed address */
     fm_log_limit_t refused, cut;
 };
 
@@ -54,41 +65,83 @@ static bool received(int fd, uint64_t *bytes, uint32_t *idle_ms)
     return true;
 }
 
+static int bucket_of(const char *host)
+{
+    uint32_t h = 2166136261u;
+    for (; *host; host++)
+        h = (h ^ (unsigned char)*host) * 16777619u;
+    return (int)(h % PENDING_BUCKETS);
+}
+
+/* The connection no longer counts as pending for its address. */
+static void unpend(fm_conns_t *c, conn_t *k)
+{
+    if (k->bucket >= 0 && c->pending[k->bucket] > 0)
+        c->pending[k->bucket]--;
+    k->bucket = -1;
+}
+
+/* The peer's IP address of fd into host ("" when not TCP). */
+static void peer_host(int fd, char host[INET6_ADDRSTRLEN], unsigned *port)
+{
+    struct sockaddr_storage sa;
+    socklen_t sl = sizeof sa;
+    host[0] = 0;
+    *port = 0;
+    if (getpeername(fd, (struct sockaddr *)&sa, &sl) != 0)
+        return;
+    if (sa.ss_family == AF_INET) {
+        inet_ntop(AF_INET, &((struct sockaddr_in *)&sa)->sin_addr, host, INET6_ADDRSTRLEN);
+        *port = ntohs(((struct sockaddr_in *)&sa)->sin_port);
+    } else if (sa.ss_family == AF_INET6) {
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&sa)->sin6_addr, host, INET6_ADDRSTRLEN);
+        *port = ntohs(((struct sockaddr_in6 *)&sa)->sin6_port);
+    }
+}
+
 /* Starts tracking an accepted connection (its slot grown into existence;
- * descriptors are below the file limit). */
-static void track(fm_conns_t *c, int fd, const char *addr)
+ * descriptors are below the file limit); false when its address already has
+ * per_address connections that have not delivered a message (it is shut). */
+static bool track(fm_conns_t *c, int fd, const char *addr, double now)
 {
     if (fd < 0)
-        return;
+        return true;
     if (fd >= c->nfd) {
         int n = fd + 64;
         conn_t *g = realloc(c->by_fd, (size_t)n * sizeof *g);
         if (!g)
-            return; /* (untracked: only the backlog check is lost for it) */
+            return true; /* (untracked: only the checks are lost for it) */
         memset(g + c->nfd, 0, (size_t)(n - c->nfd) * sizeof *g);
         c->by_fd = g;
         c->nfd = n;
     }
     conn_t *k = &c->by_fd[fd];
     memset(k, 0, sizeof *k);
+    k->bucket = -1;
     k->open = received(fd, &k->base, NULL);
+    k->accepted_at = k->heard_at = now;
     /* the peer's address (the event names the listening endpoint) */
-    struct sockaddr_storage sa;
-    socklen_t sl = sizeof sa;
-    char host[INET6_ADDRSTRLEN] = "";
-    if (getpeername(fd, (struct sockaddr *)&sa, &sl) == 0 && sa.ss_family == AF_INET)
-        inet_ntop(AF_INET, &((struct sockaddr_in *)&sa)->sin_addr, host, sizeof host);
-    else if (sa.ss_family == AF_INET6)
-        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&sa)->sin6_addr, host, sizeof host);
+    char host[INET6_ADDRSTRLEN];
+    unsigned port;
+    peer_host(fd, host, &port);
     if (host[0])
-        snprintf(k->addr, sizeof k->addr, "%s port %u", host,
-                 ntohs(sa.ss_family == AF_INET ? ((struct sockaddr_in *)&sa)->sin_port
-                                               : ((struct sockaddr_in6 *)&sa)->sin6_port));
+        snprintf(k->addr, sizeof k->addr, "%s port %u", host, port);
     else
         snprintf(k->addr, sizeof k->addr, "%.63s", addr);
+    if (!k->open || !host[0])
+        return true;
+    int b = bucket_of(host);
+    if (c->pending[b] >= c->per_address) {
+        k->open = false;
+        return false;
+    }
+    c->pending[b]++;
+    k->bucket = b;
+    return true;
 }
 
-fm_status fm_conns_open(fm_conns_t **out, void *ctx, void *sock, int cap, size_t max_message, double silent_s)
+fm_status fm_conns_open(fm_conns_t **out, void *ctx, void *sock, int cap, size_t max_message, double silent_s,
+                        int per_key)
 {
     *out = NULL;
     fm_conns_t *c = calloc(1, sizeof *c);
@@ -110,6 +163,8 @@ fm_status fm_conns_open(fm_conns_t **out, void *ctx, void *sock, int cap, size_t
     zmq_setsockopt(c->events, ZMQ_LINGER, &linger, sizeof linger);
     c->watched = sock;
     c->cap = cap;
+    c->per_key = per_key < 1 ? 1 : per_key;
+    c->per_address = cap / 2 > 64 ? cap / 2 : 64;
     c->backlog = 2 * (uint64_t)max_message + (1u << 20);
     c->silent_ms = silent_s < 1.0 ? 1000u : silent_s > 3600.0 ? 3600000u : (uint32_t)(silent_s * 1000.0);
     *out = c;
@@ -141,8 +196,10 @@ void fm_conns_handle(fm_conns_t *c, double now)
         memcpy(&fd, head + 2, 4);
         if (event == ZMQ_EVENT_DISCONNECTED) {
             c->open -= c->open > 0;
-            if ((int)fd >= 0 && (int)fd < c->nfd)
+            if ((int)fd >= 0 && (int)fd < c->nfd) {
                 c->by_fd[fd].open = false;
+                unpend(c, &c->by_fd[fd]);
+            }
         } else if (event == ZMQ_EVENT_ACCEPTED && c->open >= c->cap) {
             /* libzmq sees the peer hang up and closes it; it counts until its
              * DISCONNECTED like any other */
@@ -153,15 +210,15 @@ void fm_conns_handle(fm_conns_t *c, double now)
                         c->cap);
         } else if (event == ZMQ_EVENT_ACCEPTED) {
             c->open++;
-            track(c, (int)fd, addr);
+            if (!track(c, (int)fd, addr, now)) {
+                shutdown((int)fd, SHUT_RDWR);
+                if (fm_log_limit_take(&c->refused, now, REFUSALS_PER_SECOND, "refused connections"))
+                    fm_warn("connection from %s refused: %d connections from its address have not sent a message "
+                            "yet, the most one address may hold",
+                            c->by_fd[fd].addr, c->per_address);
+            }
         }
     }
-}
-
-void fm_conns_heard(fm_conns_t *c, int fd)
-{
-    if (fd >= 0 && fd < c->nfd)
-        c->by_fd[fd].heard = true;
 }
 
 /* Shuts fd (libzmq then reads its end and closes it), saying why. */
@@ -169,12 +226,55 @@ static void cut(fm_conns_t *c, conn_t *k, int fd, double now, const char *why)
 {
     shutdown(fd, SHUT_RDWR);
     k->open = false;
+    unpend(c, k);
     if (fm_log_limit_take(&c->cut, now, REFUSALS_PER_SECOND, "closed connections"))
         fm_warn("connection from %s closed: %s", k->addr, why);
 }
 
-void fm_conns_check(fm_conns_t *c, double now)
+/* fd's first message came from id: it is id's, and id holds at most per_key
+ * connections (the one it owned longest is shut, as a reconnect replaces a
+ * connection). Once a connection: a scan of the table. */
+static void own(fm_conns_t *c, int fd, conn_t *k, const char *id, double now)
 {
+    snprintf(k->owner, sizeof k->owner, "%s", id);
+    k->owned_at = now;
+    int held = 0, oldest = -1;
+    for (int i = 0; i < c->nfd; i++) {
+        conn_t *o = &c->by_fd[i];
+        if (!o->open || strcmp(o->owner, k->owner) != 0)
+            continue;
+        held++;
+        if (i != fd && (oldest < 0 || o->owned_at < c->by_fd[oldest].owned_at))
+            oldest = i;
+    }
+    if (held > c->per_key && oldest >= 0) {
+        char why[160];
+        snprintf(why, sizeof why, "client %s opened a connection beyond the %d it may hold: its oldest is let go",
+                 k->owner, c->per_key);
+        cut(c, &c->by_fd[oldest], oldest, now, why);
+    }
+}
+
+void fm_conns_heard(fm_conns_t *c, int fd, const char *id, double now)
+{
+    if (fd < 0 || fd >= c->nfd || !c->by_fd[fd].open)
+        return;
+    conn_t *k = &c->by_fd[fd];
+    k->heard = true;
+    k->heard_at = now;
+    unpend(c, k);
+    if (id && strncmp(k->owner, id, sizeof k->owner - 1) != 0)
+        own(c, fd, k, id, now);
+}
+
+void fm_conns_check(fm_conns_t *c, double now, bool caught_up)
+{
+    /* deadlines count while every waiting message is being read: caught up
+     * now, or behind for over 2 s (a flood; the ROUTER socket takes turns
+     * between connections, so each one's messages were reached meanwhile) */
+    if (caught_up || c->caught_up_at == 0.0)
+        c->caught_up_at = now;
+    caught_up = caught_up || now - c->caught_up_at > 2.0;
     double every = c->open / CHECKS_PER_S > CHECK_EVERY_S ? c->open / CHECKS_PER_S : CHECK_EVERY_S;
     if (now - c->last_check < every)
         return;
@@ -186,9 +286,23 @@ void fm_conns_check(fm_conns_t *c, double now)
         int unread = 0;
         if (!k->open || !received(fd, &got, &idle))
             continue;
+        double quiet = now - k->heard_at;
         if (k->heard) { /* (everything received so far may have been its messages) */
             k->heard = false;
             k->base = got;
+        } else if (caught_up && !k->owner[0] && quiet > FIRST_MESSAGE_S) {
+            /* (caught up: every message that had arrived was read, so none of its waits) */
+            char why[160];
+            snprintf(why, sizeof why, "no complete message %.1f s after connecting (the most is %.0f s)", quiet,
+                     FIRST_MESSAGE_S);
+            cut(c, k, fd, now, why);
+        } else if (caught_up && got > k->base && quiet * 1000.0 > c->silent_ms &&
+                   (double)(got - k->base) < DRIP_BYTES_PER_S * quiet) {
+            char why[200];
+            snprintf(why, sizeof why, "%llu bytes in %.1f s without a complete message (a message must arrive "
+                     "within %.1f s, or at %.0f KiB/s at least)",
+                     (unsigned long long)(got - k->base), quiet, c->silent_ms / 1000.0, DRIP_BYTES_PER_S / 1024);
+            cut(c, k, fd, now, why);
         } else if (got > k->base && got - k->base > c->backlog) {
             char why[160];
             snprintf(why, sizeof why, "%llu bytes received without a complete message (an unfinished multipart "

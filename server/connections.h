@@ -27,7 +27,24 @@
  * tells the coordinator a connection is dead; it sends no ZMTP heartbeats of
  * its own (libzmq 4.3.4 cancels each heartbeat's timer by a linear search of
  * all of them: with thousands of connections, a third of the coordinator's
- * CPU), and TCP alone would keep a silently dead peer's descriptor for hours. */
+ * CPU), and TCP alone would keep a silently dead peer's descriptor for hours.
+ *
+ * And it bounds what one party holds, whatever it opens:
+ * - per id: a connection belongs to the id of its first message (with CURVE,
+ *   its key's); an id holds at most `per_key` connections, and one more shuts
+ *   the one it has owned longest (as a reconnect replaces a connection);
+ * - before the first message: a connection must deliver a complete message
+ *   within FIRST_MESSAGE_S (10 s) of its accept (a client says Hello at once),
+ *   and one address may have at most max(64, cap / 2) connections that have
+ *   not yet done so, so a flood of handshakes (or of bare TCP connections)
+ *   from one address cannot take every slot;
+ * - drips: a connection that has delivered no message for silent_s while
+ *   receiving bytes slower than 64 KiB/s is shut (an honest upload of the
+ *   largest message on a slower link would need a longer --client-timeout).
+ * The deadlines apply while the daemon is caught up (`caught_up`: its last
+ * read emptied the socket), or has been behind for over 2 s (a flood: the
+ * ROUTER socket takes turns between connections), so a briefly busy
+ * coordinator never blames a peer for a message it has not read yet. */
 #ifndef FEDMOE_CONNECTIONS_H
 #define FEDMOE_CONNECTIONS_H
 
@@ -39,20 +56,22 @@
 typedef struct fm_conns fm_conns_t;
 
 /* Watches sock (a bound or about to be bound socket of ctx) with a cap of
- * `cap` connections, whose messages are at most max_message bytes, silent for
- * at most silent_s seconds (1 s to an hour). Caller closes with fm_conns_close
- * before closing sock. */
-fm_status fm_conns_open(fm_conns_t **out, void *ctx, void *sock, int cap, size_t max_message, double silent_s);
+ * `cap` connections, at most per_key of them one id's, whose messages are at
+ * most max_message bytes, silent for at most silent_s seconds (1 s to an
+ * hour). Caller closes with fm_conns_close before closing sock. */
+fm_status fm_conns_open(fm_conns_t **out, void *ctx, void *sock, int cap, size_t max_message, double silent_s,
+                        int per_key);
 /* The socket to poll for events (owned by the counter). */
 void *fm_conns_socket(fm_conns_t *c);
 /* Handles every waiting event; `now` for rate-limited log lines. */
 void fm_conns_handle(fm_conns_t *c, double now);
-/* A message from descriptor fd (its ZMQ_SRCFD) was delivered. */
-void fm_conns_heard(fm_conns_t *c, int fd);
-/* Shuts connections holding more than their bound of undelivered bytes, and
- * silent ones;
+/* A message from descriptor fd (its ZMQ_SRCFD) was delivered at now, from id
+ * (NULL: a message dropped, from nobody known). */
+void fm_conns_heard(fm_conns_t *c, int fd, const char *id, double now);
+/* Shuts connections holding more than their bound of undelivered bytes, silent
+ * ones, and (when caught_up) ones past their first-message or drip deadline;
  * does the work at most every CHECK_EVERY_S (call it every loop). */
-void fm_conns_check(fm_conns_t *c, double now);
+void fm_conns_check(fm_conns_t *c, double now, bool caught_up);
 /* Connections open now. */
 int fm_conns_open_count(const fm_conns_t *c);
 /* Stops watching and frees the counter; sets *c to NULL; safe on NULL. */

@@ -25,6 +25,13 @@
  * (connections.h) */
 #define SILENT_TIMEOUTS 2.0
 #define SILENT_MIN_S 10.0
+/* connections one client id (one key) may hold at once (connections.h) */
+#define CONNECTIONS_PER_KEY 4
+/* what one pass of the loop reads at most before rounds and timers are decided
+ * again: no stream of messages can postpone a decision (ROUTER sockets take
+ * turns between connections, and an id holds at most CONNECTIONS_PER_KEY) */
+#define DRAIN_MESSAGES 256
+#define DRAIN_BYTES (64u << 20)
 
 static fm_log_limit_t drops; /* messages dropped unread: at most DROPS_PER_SECOND logged */
 
@@ -91,15 +98,22 @@ static bool receive(void *sock, zmq_msg_t *idm, zmq_msg_t *msg, bool *have, bool
     return true;
 }
 
-/* Reads every waiting message and hands each to the coordinator under its
- * client id: the key's id with CURVE, the routing id when insecure. */
-static void drain(fm_coordinator_t *c, daemon_t *d, const fm_zap_t *zap)
+/* Reads the waiting messages, DRAIN_MESSAGES or DRAIN_BYTES at most, and hands
+ * each to the coordinator under its client id: the key's id with CURVE, the
+ * routing id when insecure. True when it read every one that was waiting. */
+static bool drain(fm_coordinator_t *c, daemon_t *d, const fm_zap_t *zap)
 {
     zmq_msg_t idm, msg;
     bool have, extra;
-    while (receive(d->sock, &idm, &msg, &have, &extra)) {
-        if (have)
-            fm_conns_heard(d->conns, zmq_msg_get(&msg, ZMQ_SRCFD));
+    int count = 0;
+    size_t bytes = 0;
+    for (;;) {
+        if (count >= DRAIN_MESSAGES || bytes >= DRAIN_BYTES)
+            return false;
+        if (!receive(d->sock, &idm, &msg, &have, &extra))
+            break;
+        count++;
+        bytes += have ? zmq_msg_size(&msg) : 0;
         char id[64] = "";
         size_t idn = zmq_msg_size(&idm);
         bool ok = have;
@@ -111,6 +125,8 @@ static void drain(fm_coordinator_t *c, daemon_t *d, const fm_zap_t *zap)
             fm_warn("dropped a message from a peer without a valid client id (set ZMQ_ROUTING_ID to "
                     "[A-Za-z0-9._-]{1,63})");
         }
+        if (have)
+            fm_conns_heard(d->conns, zmq_msg_get(&msg, ZMQ_SRCFD), ok ? id : NULL, fm_clock_seconds());
         if (ok && extra) {
             uint8_t *buf;
             size_t len;
@@ -127,6 +143,7 @@ static void drain(fm_coordinator_t *c, daemon_t *d, const fm_zap_t *zap)
     }
     zmq_msg_close(&msg);
     zmq_msg_close(&idm);
+    return true;
 }
 
 /* The ROUTER socket, bound. No ZMQ_ROUTER_HANDOVER: handover with ZMTP
@@ -232,7 +249,7 @@ fm_status fm_coordinator_run(const fm_server_config_t *cfg, volatile sig_atomic_
                 cfg->bind);
     if (!(d.sock = open_socket(ctx, cfg, &own, fm_coordinator_max_message(c), max_conns)) ||
         fm_conns_open(&d.conns, ctx, d.sock, max_conns, fm_coordinator_max_message(c),
-                      fmax(SILENT_TIMEOUTS * cfg->client_timeout, SILENT_MIN_S)) != FM_OK) {
+                      fmax(SILENT_TIMEOUTS * cfg->client_timeout, SILENT_MIN_S), CONNECTIONS_PER_KEY) != FM_OK) {
         st = FM_ERR_IO;
         goto out;
     }
@@ -259,9 +276,10 @@ fm_status fm_coordinator_run(const fm_server_config_t *cfg, volatile sig_atomic_
             fm_conns_handle(d.conns, fm_clock_seconds());
         if (zap && (items[2].revents & ZMQ_POLLIN))
             fm_zap_handle(zap);
+        bool caught_up = true;
         if (items[0].revents & ZMQ_POLLIN)
-            drain(c, &d, zap);
-        fm_conns_check(d.conns, fm_clock_seconds()); /* after drain: what it read counts as heard */
+            caught_up = drain(c, &d, zap);
+        fm_conns_check(d.conns, fm_clock_seconds(), caught_up); /* after drain: what it read counts as heard */
     }
     if (st == FM_OK && !fm_coordinator_finished(c))
         st = fm_coordinator_stop(c);

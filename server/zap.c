@@ -1,5 +1,7 @@
 #include "zap.h"
 
+#include "budget.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +17,7 @@ struct fm_zap {
     void *sock;
     char dir[1024];
     fm_allowlist_t *allow;
+    fm_budget_t *budget;     /* handshakes per key: a key cannot open connections as fast as it likes */
     fm_log_limit_t refusals; /* at most REFUSALS_PER_SECOND logged */
 };
 
@@ -28,6 +31,8 @@ fm_status fm_zap_open(fm_zap_t **out, void *ctx, const char *allow_dir)
         return FM_ERR_NOMEM;
     snprintf(z->dir, sizeof z->dir, "%s", allow_dir);
     fm_status st = fm_allowlist_load(&z->allow, allow_dir);
+    if (st == FM_OK)
+        st = fm_budget_new(&z->budget, (int)fm_allowlist_count(z->allow) + 1024);
     if (st == FM_OK) {
         z->sock = zmq_socket(ctx, ZMQ_REP);
         if (!z->sock || zmq_bind(z->sock, ZAP_ENDPOINT) != 0) {
@@ -107,7 +112,12 @@ void fm_zap_handle(fm_zap_t *z)
             zmq_msg_size(&f[6]) == FM_KEY_BYTES)
             id = fm_allowlist_id(z->allow, zmq_msg_data(&f[6]));
         if (n >= 2) {
-            if (id) {
+            double now = fm_clock_seconds();
+            fm_budget_flush(z->budget, now);
+            if (id && !fm_budget_take(z->budget, id, FM_BUDGET_HANDSHAKE, now)) {
+                /* 300, a temporary failure: the client tries again later (400 would tell it its key is refused) */
+                send_reply(z->sock, &f[1], "300", "too many handshakes from this key: try again later", "", NULL);
+            } else if (id) {
                 send_reply(z->sock, &f[1], "200", "OK", id, zmq_msg_data(&f[6]));
             } else {
                 char addr[64] = "?";
@@ -157,6 +167,7 @@ void fm_zap_close(fm_zap_t **z)
         zmq_close((*z)->sock);
     }
     fm_allowlist_free(&(*z)->allow);
+    fm_budget_free(&(*z)->budget);
     free(*z);
     *z = NULL;
 }
