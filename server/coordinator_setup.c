@@ -63,7 +63,14 @@ static fm_status restore(fm_coordinator_t *c)
         st = fm_store_latest_checkpoint(c->store, c->run_id, &round, &blob, &len, &found);
     if (st == FM_OK && found) {
         fm_checkpoint_t ck;
-        if ((st = fm_checkpoint_decode(blob, len, &ck)) == FM_OK) {
+        if ((st = fm_checkpoint_decode(blob, len, &ck)) == FM_OK && (ck.round != round || ck.round > c->cfg.rounds)) {
+            fm_error_set("the checkpoint of run %s is of round %d (its row says %d), %s: the database was changed "
+                         "outside fedmoe; start a new run (--new-run) or another --db",
+                         c->run_id, ck.round, round,
+                         ck.round > c->cfg.rounds ? "past the run's rounds" : "not the round it is filed under");
+            fm_checkpoint_free(&ck);
+            st = FM_ERR_FORMAT;
+        } else if (st == FM_OK) {
             if ((st = apply_checkpoint(c, &ck)) == FM_OK)
                 fm_round_init(&c->round, ck.round + 1, c->cfg.round_timeout);
             fm_checkpoint_free(&ck);
@@ -221,6 +228,16 @@ fm_status fm_coordinator_new(fm_coordinator_t **out, const fm_server_config_t *c
     fm_aggregator_set_rule(c->agg_prompt, &c->spec.aggregate);
     c->clip[0] = c->clip[1] = c->spec.clip_norm > 0.0 ? c->spec.clip_norm : 0.0;
     c->max_message = cfg->max_message ? cfg->max_message : 2 * 4 * (c->dims.nmodel + c->dims.nprompt) + (1u << 20);
+    /* the largest message of the run: a Task (the model, the global prompt and
+     * K nearest prompts) or an Update, with room for its fields */
+    size_t need = 4 * (c->dims.nmodel + c->dims.nprompt * (2 + (size_t)c->dims.max_nonlocal)) + (64u << 10);
+    if (c->max_message < need) {
+        fm_error_set("--max-message %zu is smaller than this run's messages (up to %zu bytes with this model): "
+                     "every Task and Update would be refused; give at least %zu, or leave it out",
+                     c->max_message, need, need);
+        st = FM_ERR_ARG;
+        goto fail;
+    }
     if ((st = check_disk(cfg->db, 8 * (c->dims.nmodel + c->dims.nprompt) * 4)) != FM_OK ||
         (st = fm_store_open(&c->store, cfg->db, false)) != FM_OK || (st = start_or_resume(c)) != FM_OK)
         goto fail;

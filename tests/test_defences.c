@@ -314,6 +314,56 @@ static void test_clip_two_updates(void **state)
     finish(&c);
 }
 
+/* Local inputs as well as remote ones: a --max-message below the run's
+ * messages, and a checkpoint that is not the round it is filed under or is past
+ * the run's rounds (a database changed outside fedmoe), are refused at start
+ * with one line. */
+static void test_local_inputs_refused(void **state)
+{
+    (void)state;
+    fm_server_config_t cfg;
+    small_config(&cfg, 2, 2);
+    cfg.max_message = 1024;
+    fm_coordinator_t *c = NULL;
+    assert_int_equal(fm_coordinator_new(&c, &cfg, NULL, NULL), FM_ERR_ARG);
+    assert_non_null(strstr(fm_error_last(), "--max-message 1024 is smaller than this run's messages"));
+
+    const char *ids[] = {"a", "b"};
+    c = open_run(&cfg, ids, 2, 2, 100);
+    updates(c, ids, 2, 0.0f, 100, 1.0);
+    expect_rounds(c, &cfg, 1.0, 1);
+    finish(&c);
+    sqlite3 *h;
+    assert_int_equal(sqlite3_open(cfg.db, &h), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(h, "UPDATE checkpoints SET round = 4", NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(fm_coordinator_new(&c, &cfg, NULL, NULL), FM_ERR_FORMAT);
+    assert_non_null(strstr(fm_error_last(), "is of round 1 (its row says 4), not the round it is filed under"));
+    /* a well-formed checkpoint of round 9 in a run of 5 */
+    sqlite3_stmt *q;
+    assert_int_equal(sqlite3_prepare_v2(h, "SELECT state FROM checkpoints", -1, &q, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(q), SQLITE_ROW);
+    fm_checkpoint_t ck;
+    assert_int_equal(fm_checkpoint_decode(sqlite3_column_blob(q, 0), (size_t)sqlite3_column_bytes(q, 0), &ck), FM_OK);
+    sqlite3_finalize(q);
+    ck.round = 9;
+    uint8_t *blob;
+    size_t len;
+    assert_int_equal(fm_checkpoint_encode(&ck, &blob, &len), FM_OK);
+    fm_checkpoint_free(&ck);
+    char sha[65];
+    fm_sha256_hex(blob, len, sha);
+    assert_int_equal(sqlite3_prepare_v2(h, "UPDATE checkpoints SET round = 9, state = ?, sha256 = ?", -1, &q, NULL),
+                     SQLITE_OK);
+    sqlite3_bind_blob(q, 1, blob, (int)len, SQLITE_TRANSIENT);
+    sqlite3_bind_text(q, 2, sha, -1, SQLITE_TRANSIENT);
+    assert_int_equal(sqlite3_step(q), SQLITE_DONE);
+    sqlite3_finalize(q);
+    free(blob);
+    sqlite3_close(h);
+    assert_int_equal(fm_coordinator_new(&c, &cfg, NULL, NULL), FM_ERR_FORMAT);
+    assert_non_null(strstr(fm_error_last(), "is of round 9 (its row says 9), past the run's rounds"));
+}
+
 /* Partition squatting: two ids take both partitions with a Hello and leave.
  * An honest client is refused while their leases run, and given a partition
  * once they have been gone past --partition-lease. */
@@ -353,6 +403,7 @@ int main(void)
         cmocka_unit_test(test_error_flood_bounded),
         cmocka_unit_test(test_forged_counts_bounded),
         cmocka_unit_test(test_clip_two_updates),
+        cmocka_unit_test(test_local_inputs_refused),
     };
     return procs_run_tests("defences", tests, sizeof tests / sizeof tests[0], coord_dir, sizeof coord_dir);
 }

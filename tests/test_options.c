@@ -280,6 +280,26 @@ static void test_config_key_equals_flag(void **state)
     fclose(f);
     assert_int_equal(fm_options_load_file(&o, path), FM_ERR_ARG);
     assert_non_null(strstr(fm_error_last(), "unknown option 'help'"));
+    /* not a text file of short lines: a directory, a device read for ever, a
+     * NUL byte (the rest of its line would be lost), a line libinih would cut */
+    const char *nottext[][2] = {{"/tmp", "not a regular file"},
+                                {"/dev/zero", "not a regular file"},
+                                {NULL, "a NUL byte at offset 10"},
+                                {NULL, ":2: a line longer than 199"}};
+    for (int i = 0; i < 4; i++) {
+        const char *file = nottext[i][0] ? nottext[i][0] : path;
+        if (i == 2) {
+            f = fopen(path, "w");
+            fwrite("rounds = 3\0\nseed = 5\n", 1, 22, f);
+            fclose(f);
+        } else if (i == 3) {
+            f = fopen(path, "w");
+            fprintf(f, "rounds = 3\ndb = /%0250d\n", 0);
+            fclose(f);
+        }
+        assert_int_equal(fm_options_load_file(&o, file), FM_ERR_ARG);
+        assert_non_null(strstr(fm_error_last(), nottext[i][1]));
+    }
     /* flags after --config win */
     f = fopen(path, "w");
     fprintf(f, "rounds = 3\nseed = 5\n");

@@ -2,11 +2,14 @@
  * config files, the getopt_long array, --help and fedmoe-sim's forwarding. */
 #include "fedmoe/options.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <ini.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "fedmoe/args.h"
 #include "fedmoe/log.h"
@@ -147,10 +150,72 @@ static int on_ini(void *user, const char *section, const char *name, const char 
     return 1;
 }
 
+#define CONFIG_MAX_BYTES (1u << 20)
+#define CONFIG_MAX_LINE 199 /* libinih's line buffer (INI_MAX_LINE 200) */
+
+/* The whole of a config file, checked to be a text file of at most
+ * CONFIG_MAX_BYTES with lines libinih reads whole: a directory, a device (read
+ * for ever), a NUL byte or a cut line is refused, never run on. NULL with the
+ * reason set; caller frees. */
+static char *read_config(const char *path)
+{
+    struct stat sb;
+    FILE *f = NULL;
+    char *buf = NULL;
+    if (stat(path, &sb) != 0) {
+        fm_error_set("%s: cannot read the config file: %s", path, strerror(errno));
+        return NULL;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        fm_error_set("%s: not a regular file (a directory or a device?): a config file is a text file of "
+                     "'key = value' lines", path);
+        return NULL;
+    }
+    if (sb.st_size > CONFIG_MAX_BYTES) {
+        fm_error_set("%s: %lld bytes, more than a config file may have (%u)", path, (long long)sb.st_size,
+                     CONFIG_MAX_BYTES);
+        return NULL;
+    }
+    size_t n = (size_t)sb.st_size;
+    if (!(f = fopen(path, "rb")) || !(buf = malloc(n + 1)) || fread(buf, 1, n, f) != n) {
+        fm_error_set("%s: cannot read the config file%s", path, f && !buf ? ": out of memory" : "");
+        free(buf);
+        if (f)
+            fclose(f);
+        return NULL;
+    }
+    fclose(f);
+    buf[n] = 0;
+    const char *nul = memchr(buf, 0, n);
+    if (nul) {
+        fm_error_set("%s: a NUL byte at offset %zu: not a text config file", path, (size_t)(nul - buf));
+        free(buf);
+        return NULL;
+    }
+    int line = 1;
+    for (const char *p = buf, *eol; *p; p = eol + 1, line++) {
+        eol = strchr(p, '\n');
+        if (!eol)
+            eol = buf + n;
+        if (eol - p > CONFIG_MAX_LINE) {
+            fm_error_set("%s:%d: a line longer than %d characters", path, line, CONFIG_MAX_LINE);
+            free(buf);
+            return NULL;
+        }
+        if (!*eol)
+            break;
+    }
+    return buf;
+}
+
 fm_status fm_options_load_file(fm_options_t *o, const char *path)
 {
     ini_ctx_t ctx = {o, false};
-    int rc = ini_parse(path, on_ini, &ctx);
+    char *text = read_config(path);
+    if (!text)
+        return FM_ERR_ARG;
+    int rc = ini_parse_string(text, on_ini, &ctx);
+    free(text);
     if (rc < 0) {
         fm_error_set("%s: cannot read the config file", path);
         return FM_ERR_ARG;
