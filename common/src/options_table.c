@@ -420,8 +420,8 @@ static const fm_option_t table[] = {
      "F of the updates cut at each end, e.g. 0.2)"},
     {"clip-norm", 0, FM_OPT_CUSTOM, "C", 0, 0, S | M, 0, 0, 0, set_clip, show_clip, NULL, FM_OPT_G_RUN,
      "bound each update's L2 distance from the state it was\n"
-     "sent: a number, off, or auto (2x the median distance of\n"
-     "the previous round's updates; in round 1, of its own)"},
+     "sent: a number, off, or auto (2x the lower median distance\n"
+     "of the previous round's updates; in round 1, of its own)"},
     {"max-weight", 0, FM_OPT_U64, "N", 1, (double)(1ull << 29), S, 0, O(max_weight), NULL, NULL,
      "the largest partition", FM_OPT_G_RUN,
      "the averaging weight a client on data of its own may\nclaim (its declared training examples, capped);\n"
