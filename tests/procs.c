@@ -516,3 +516,15 @@ uint8_t *procs_final_state(const char *db, size_t *len)
     fm_checkpoint_free(&ck);
     return out;
 }
+
+char *procs_bin(const char *name)
+{
+    const char *dir = getenv("FEDMOE_BIN_DIR");
+    size_t n = strlen(dir && *dir ? dir : FM_BIN_DIR) + strlen(name) + 2;
+    char *path = malloc(n); /* (a few a test, kept for its life) */
+    assert_non_null(path);
+    snprintf(path, n, "%s/%s", dir && *dir ? dir : FM_BIN_DIR, name);
+    return path;
+}
+
+bool procs_measure_only(void) { return getenv("FEDMOE_MEASURE_ONLY") != NULL; }

@@ -11,7 +11,13 @@
 #include "fedmoe/store.h"
 #include "fedmoe/wire.h"
 
-#define BIN(name) FM_BIN_DIR "/" name
+/* A program of the build under test; FEDMOE_BIN_DIR (a build folder) points
+ * the attack tests at other programs, to measure them (bench/hostile.sh). */
+#define BIN(name) procs_bin(name)
+char *procs_bin(const char *name);
+/* FEDMOE_MEASURE_ONLY set: an attack test reports its numbers without judging
+ * them (for programs that are meant to fail them). */
+bool procs_measure_only(void);
 /* A number macro as a string literal (for argv). */
 #define FM_STR_(x) #x
 #define FM_STR(x) FM_STR_(x)

@@ -161,7 +161,7 @@ static bool varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
  * FM_WIRE_MAX_SUBMESSAGES, the nesting passes 8 or the framing is broken. */
 #define FM_WIRE_ALLOC_OVERHEAD 16
 static bool decode_cost(const ProtobufCMessageDescriptor *d, const uint8_t *p, const uint8_t *end, int depth,
-                        size_t *count, size_t *cost)
+                        size_t *count, size_t *cost, size_t limit)
 {
     if (depth > 8)
         return false;
@@ -208,7 +208,7 @@ static bool decode_cost(const ProtobufCMessageDescriptor *d, const uint8_t *p, c
         } else if (f->type == PROTOBUF_C_TYPE_MESSAGE) {
             const ProtobufCMessageDescriptor *sub = f->descriptor;
             *cost += sub->sizeof_message + FM_WIRE_ALLOC_OVERHEAD + entry;
-            if (++*count > FM_WIRE_MAX_SUBMESSAGES || !decode_cost(sub, p, p + n, depth + 1, count, cost))
+            if (++*count > FM_WIRE_MAX_SUBMESSAGES || !decode_cost(sub, p, p + n, depth + 1, count, cost, limit))
                 return false;
         } else if (f->type == PROTOBUF_C_TYPE_STRING || f->type == PROTOBUF_C_TYPE_BYTES) {
             *cost += payload + 1 + FM_WIRE_ALLOC_OVERHEAD + entry;
@@ -217,6 +217,8 @@ static bool decode_cost(const ProtobufCMessageDescriptor *d, const uint8_t *p, c
         }
         if ((key & 7) == 2)
             p += n;
+        if (*cost > limit)
+            return false; /* (over the budget: no need to walk the rest) */
     }
     return true;
 }
@@ -226,7 +228,7 @@ size_t fm_wire_decode_budget(size_t len) { return FM_WIRE_DECODE_FACTOR * len + 
 size_t fm_wire_decode_cost(const uint8_t *buf, size_t len)
 {
     size_t parts = 0, cost = fedmoe__envelope__descriptor.sizeof_message + FM_WIRE_ALLOC_OVERHEAD;
-    return decode_cost(&fedmoe__envelope__descriptor, buf, buf + len, 0, &parts, &cost) ? cost : SIZE_MAX;
+    return decode_cost(&fedmoe__envelope__descriptor, buf, buf + len, 0, &parts, &cost, SIZE_MAX) ? cost : SIZE_MAX;
 }
 
 fm_status fm_wire_decode(const uint8_t *buf, size_t len, size_t max_len, Fedmoe__Envelope **out)
@@ -237,18 +239,19 @@ fm_status fm_wire_decode(const uint8_t *buf, size_t len, size_t max_len, Fedmoe_
         return reject(FM_WIRE_TOO_LARGE);
     }
     size_t parts = 0, cost = fedmoe__envelope__descriptor.sizeof_message + FM_WIRE_ALLOC_OVERHEAD;
-    if (!decode_cost(&fedmoe__envelope__descriptor, buf, buf + len, 0, &parts, &cost)) {
+    size_t budget = fm_wire_decode_budget(len);
+    if (!decode_cost(&fedmoe__envelope__descriptor, buf, buf + len, 0, &parts, &cost, budget)) {
+        if (cost > budget) {
+            fm_error_set("message of %zu bytes would take more than %zu bytes to decode (%dx its size plus %d KiB: "
+                         "unknown fields, empty repeated entries?)",
+                         len, budget, FM_WIRE_DECODE_FACTOR, FM_WIRE_DECODE_SLACK / 1024);
+            return reject(FM_WIRE_TOO_LARGE);
+        }
         if (parts <= FM_WIRE_MAX_SUBMESSAGES) {
             fm_error_set("message of %zu bytes is not a valid Envelope", len);
             return reject(FM_WIRE_MALFORMED);
         }
         fm_error_set("message of %zu bytes has more than %d embedded messages", len, FM_WIRE_MAX_SUBMESSAGES);
-        return reject(FM_WIRE_TOO_LARGE);
-    }
-    if (cost > fm_wire_decode_budget(len)) {
-        fm_error_set("message of %zu bytes would take %zu bytes to decode, more than the %zu allowed (%dx its size "
-                     "plus %d KiB: unknown fields, empty repeated entries?)",
-                     len, cost, fm_wire_decode_budget(len), FM_WIRE_DECODE_FACTOR, FM_WIRE_DECODE_SLACK / 1024);
         return reject(FM_WIRE_TOO_LARGE);
     }
     Fedmoe__Envelope *env = fedmoe__envelope__unpack(NULL, len, buf);
