@@ -14,6 +14,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sqlite3.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -52,6 +53,36 @@ static long log_lines_with(const char *log, const char *text)
 }
 
 static long log_lines(const char *log) { return log_lines_with(log, ""); }
+
+/* The median length in seconds of the rounds committed after round `after`
+ * (0 when none). */
+static double median_round(const char *db, int after)
+{
+    sqlite3 *h;
+    sqlite3_stmt *q;
+    double v[4096];
+    int n = 0;
+    if (sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK)
+        return 0.0;
+    if (sqlite3_prepare_v2(h, "SELECT seconds FROM rounds WHERE round > ? ORDER BY seconds", -1, &q, NULL) ==
+        SQLITE_OK) {
+        sqlite3_bind_int(q, 1, after);
+        while (n < 4096 && sqlite3_step(q) == SQLITE_ROW)
+            v[n++] = sqlite3_column_double(q, 0);
+        sqlite3_finalize(q);
+    }
+    sqlite3_close(h);
+    return n ? v[(n - 1) / 2] : 0.0;
+}
+
+/* The rounds committed since round *from, and their median length; *from
+ * becomes the latest. */
+static void rounds_during(const char *db, int *from)
+{
+    int now = procs_committed_rounds(db);
+    fprintf(stderr, "    during it: %d rounds, median round %.2f s\n", now - *from, median_round(db, *from));
+    *from = now;
+}
 
 /* A client with a key of its own ("c5"), from another address (127.0.0.2), is
  * welcomed within seconds. */
@@ -340,12 +371,19 @@ static void test_one_key_against_everyone(void **state)
     }
     for (int i = 0; i < 200 && procs_committed_rounds(db) < 1; i++)
         usleep(100000);
-    int base = procs_fd_count(server);
+    for (int i = 0; i < 200 && procs_committed_rounds(db) < 3; i++)
+        usleep(100000);
+    int base = procs_fd_count(server), r = procs_committed_rounds(db);
     long rss0 = procs_rss_kb(server);
+    fprintf(stderr, "  before the attacks: %d rounds, median round %.2f s\n", r, median_round(db, 0));
     attack_many_connections(ep, log, server, base);
+    rounds_during(db, &r);
     attack_error_flood(ep, log, db);
+    rounds_during(db, &r);
     attack_drip(ep, log);
+    rounds_during(db, &r);
     attack_costly_messages(ep, log, db, server);
+    rounds_during(db, &r);
     long rss1 = procs_rss_kb(server);
     fprintf(stderr, "  coordinator RSS %ld -> %ld kB over the attacks\n", rss0, rss1);
 #ifndef __SANITIZE_ADDRESS__ /* (AddressSanitizer's quarantine makes RSS no measure) */
