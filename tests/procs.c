@@ -519,12 +519,18 @@ uint8_t *procs_final_state(const char *db, size_t *len)
 
 char *procs_bin(const char *name)
 {
+    /* one path a program, kept for the test's life (argv arrays point at it) */
+    static char paths[32][512];
+    static int n;
     const char *dir = getenv("FEDMOE_BIN_DIR");
-    size_t n = strlen(dir && *dir ? dir : FM_BIN_DIR) + strlen(name) + 2;
-    char *path = malloc(n); /* (a few a test, kept for its life) */
-    assert_non_null(path);
-    snprintf(path, n, "%s/%s", dir && *dir ? dir : FM_BIN_DIR, name);
-    return path;
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir && *dir ? dir : FM_BIN_DIR, name);
+    for (int i = 0; i < n; i++)
+        if (!strcmp(paths[i], path))
+            return paths[i];
+    assert_true(n < 32);
+    snprintf(paths[n], sizeof paths[n], "%s", path);
+    return paths[n++];
 }
 
 bool procs_measure_only(void) { return getenv("FEDMOE_MEASURE_ONLY") != NULL; }
