@@ -13,6 +13,7 @@
 #include <cmocka.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <math.h>
 #include <poll.h>
 #include <sqlite3.h>
 #include <pthread.h>
@@ -191,7 +192,7 @@ static void attack_error_flood(const char *ep, const char *log, const char *db)
  * decoded), as fast as 4 connections take them for 6 s (on 2954e8c such
  * messages on 8 connections held +1.47 GB and stopped every round). Each is
  * refused unread; rounds go on; memory stays flat. */
-static void attack_costly_messages(const char *ep, const char *log, const char *db, pid_t server)
+static void attack_costly_messages(const char *ep, const char *log, const char *db, pid_t server, double normal)
 {
     enum { N = 4 };
     peer_t p[N];
@@ -219,7 +220,8 @@ static void attack_costly_messages(const char *ep, const char *log, const char *
     long rss0 = procs_rss_kb(server), peak = rss0;
     double t0 = fm_clock_seconds();
     long sent = 0;
-    while (fm_clock_seconds() - t0 < 6.0) {
+    double window = normal * 4.0 > 6.0 ? normal * 4.0 : 6.0; /* (four ordinary rounds at least) */
+    while (fm_clock_seconds() - t0 < window) {
         for (int i = 0; i < N; i++)
             sent += zmq_send(p[i].sock, buf, len, ZMQ_DONTWAIT) == (int)len;
         long now = procs_rss_kb(server);
@@ -233,8 +235,8 @@ static void attack_costly_messages(const char *ep, const char *log, const char *
     }
     newcomer_welcomed(ep, 410, 10.0);
     int after = procs_committed_rounds(db);
-    fprintf(stderr, "  %ld costly messages of 2.8 MB on 4 connections in 6 s: coordinator RSS %ld -> peak %ld kB; "
-                    "rounds %d -> %d\n", sent, rss0, peak, rounds, after);
+    fprintf(stderr, "  %ld costly messages of 2.8 MB on 4 connections in %.0f s: coordinator RSS %ld -> peak %ld kB; "
+                    "rounds %d -> %d\n", sent, window, rss0, peak, rounds, after);
     for (int i = 0; i < N; i++)
         peer_free(&p[i]);
     free(buf);
@@ -270,14 +272,14 @@ static int tasks_waiting(void *sock)
  * Task again, and cancelled its sitting out: 8 of 16 rounds waited the full
  * timeout). Its Task goes again at most once a round; after two rounds that
  * waited for it, it sits out. */
-static void attack_silent_participant(const char *ep, const char *db, double timeout)
+static void attack_silent_participant(const char *ep, const char *db, double timeout, double normal)
 {
     peer_t p = peer_new("c7", 500);
     procs_secure_client(p.sock, "c7");
     zmq_connect(p.sock, ep);
     int r0 = procs_committed_rounds(db), tasks = 0;
-    double t0 = fm_clock_seconds();
-    while (fm_clock_seconds() - t0 < 30.0) {
+    double t0 = fm_clock_seconds(), window = normal * 20.0 > 30.0 ? normal * 20.0 : 30.0;
+    while (fm_clock_seconds() - t0 < window) {
         Fedmoe__Envelope env;
         Fedmoe__Hello h;
         procs_hello(&env, &h, "c7", -1, 300);
@@ -300,27 +302,28 @@ static void attack_silent_participant(const char *ep, const char *db, double tim
         sqlite3_finalize(q);
     }
     sqlite3_close(h);
-    fprintf(stderr, "  a participant that never uploads, saying Hello every 0.2 s for 30 s: %d Tasks sent to it; "
+    fprintf(stderr, "  a participant that never uploads, saying Hello every 0.2 s for %.0f s: %d Tasks sent to it; "
                     "%d of %d rounds waited the full %.0f s for it\n",
-            tasks, waited, r1 - r0, timeout);
+            window, tasks, waited, r1 - r0, timeout);
     peer_free(&p);
     CHECK(tasks <= 2 * (r1 - r0) + 2);
-    CHECK(waited <= 4);
-    CHECK(r1 - r0 >= 6);
+    /* two, then it sits out 1, 2, 4 ... rounds (its Hellos do not end that) */
+    CHECK(waited <= 3 + (int)log2(r1 - r0 + 1.0));
+    CHECK(r1 - r0 >= waited + 2); /* and rounds went on without it */
 }
 
 /* Key c8 says Hello 20 times a second for 10 s, alternating between two
  * partitions (on 2954e8c: 0 of 6 rounds in 90 s, 583 k log lines): two
  * changes a minute are taken; the honest rounds go on; a few log lines. */
-static void attack_alternating_hellos(const char *ep, const char *log, const char *db)
+static void attack_alternating_hellos(const char *ep, const char *log, const char *db, double normal)
 {
     peer_t p = peer_new("c8", 600);
     procs_secure_client(p.sock, "c8");
     zmq_connect(p.sock, ep);
     long lines = log_lines(log);
     int r0 = procs_committed_rounds(db);
-    double t0 = fm_clock_seconds();
-    for (int i = 0; fm_clock_seconds() - t0 < 10.0; i++) {
+    double t0 = fm_clock_seconds(), window = normal * 4.0 > 10.0 ? normal * 4.0 : 10.0;
+    for (int i = 0; fm_clock_seconds() - t0 < window; i++) {
         Fedmoe__Envelope env;
         Fedmoe__Hello h;
         procs_hello(&env, &h, "c8", 6 + i % 2, 0);
@@ -330,11 +333,11 @@ static void attack_alternating_hellos(const char *ep, const char *log, const cha
     }
     long mine = log_lines_with(log, "client c8"), added = log_lines(log) - lines;
     int r1 = procs_committed_rounds(db);
-    fprintf(stderr, "  Hellos alternating between two partitions, 20 a second for 10 s: %ld log lines about c8, %ld in "
+    fprintf(stderr, "  Hellos alternating between two partitions, 20 a second for %.0f s: %ld log lines about c8, %ld in "
                     "all; rounds %d -> %d\n",
-            mine, added, r0, r1);
+            window, mine, added, r0, r1);
     peer_free(&p);
-    CHECK(mine <= 3 + 5 + 2 + 2); /* joined, two changes; refusals: 5, then one in 5 s */
+    CHECK(mine <= 3 + 5 + (long)(window / 5.0) + 2); /* joined, two changes; refusals: 5, then one in 5 s */
     CHECK(r1 > r0);
 }
 
@@ -468,18 +471,19 @@ static void test_one_key_against_everyone(void **state)
         usleep(100000);
     int base = procs_fd_count(server), r = procs_committed_rounds(db);
     long rss0 = procs_rss_kb(server);
-    fprintf(stderr, "  before the attacks: %d rounds, median round %.2f s\n", r, median_round(db, 0));
+    double normal = median_round(db, 0);
+    fprintf(stderr, "  before the attacks: %d rounds, median round %.2f s\n", r, normal);
     attack_many_connections(ep, log, server, base);
     rounds_during(db, &r);
     attack_error_flood(ep, log, db);
     rounds_during(db, &r);
     attack_drip(ep, log);
     rounds_during(db, &r);
-    attack_costly_messages(ep, log, db, server);
+    attack_costly_messages(ep, log, db, server, normal);
     rounds_during(db, &r);
-    attack_silent_participant(ep, db, 5.0);
+    attack_silent_participant(ep, db, 5.0, normal);
     rounds_during(db, &r);
-    attack_alternating_hellos(ep, log, db);
+    attack_alternating_hellos(ep, log, db, normal);
     rounds_during(db, &r);
     long rss1 = procs_rss_kb(server);
     fprintf(stderr, "  coordinator RSS %ld -> %ld kB over the attacks\n", rss0, rss1);
