@@ -410,6 +410,12 @@ void procs_finished_run(const char *db, fm_round_row_t **rounds, int *nr, fm_cli
 int procs_send_update(void *sock, uint32_t round, const uint8_t *nonce, const float *vec, uint32_t n, const float *prompt,
                       uint64_t samples)
 {
+    return procs_send_update_metrics(sock, round, nonce, vec, n, prompt, samples, NULL);
+}
+
+int procs_send_update_metrics(void *sock, uint32_t round, const uint8_t *nonce, const float *vec, uint32_t n,
+                              const float *prompt, uint64_t samples, const Fedmoe__Metrics *metrics)
+{
     Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
     Fedmoe__Update up = FEDMOE__UPDATE__INIT;
     if (nonce) {
@@ -432,6 +438,8 @@ int procs_send_update(void *sock, uint32_t round, const uint8_t *nonce, const fl
     up.train_samples = samples;
     m.train_loss = 1.0f;
     procs_fake_counts(samples, &m.val_samples, &m.test_samples, &m.test_correct, &m.test_accuracy);
+    if (metrics)
+        m = *metrics;
     up.metrics = &m;
     env.body_case = FEDMOE__ENVELOPE__BODY_UPDATE;
     env.update = &up;

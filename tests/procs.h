@@ -53,6 +53,9 @@ void procs_hello(Fedmoe__Envelope *env, Fedmoe__Hello *h, const char *id, int pa
 void procs_fake_counts(uint64_t train, uint64_t *val, uint64_t *test, uint64_t *correct, float *accuracy);
 int procs_send_update(void *sock, uint32_t round, const uint8_t *nonce, const float *vec, uint32_t n, const float *prompt,
                       uint64_t samples);
+/* The same with the metrics given (NULL: procs_fake_counts(samples)). */
+int procs_send_update_metrics(void *sock, uint32_t round, const uint8_t *nonce, const float *vec, uint32_t n,
+                              const float *prompt, uint64_t samples, const Fedmoe__Metrics *metrics);
 
 /* Real CURVE keys for the programs and sockets a test starts, kept in the
  * folder of procs_run_tests: DIR/keys/coordinator.key and .pub, and one pair per
