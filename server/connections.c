@@ -28,7 +28,7 @@
 typedef struct {
     bool open, heard;
     uint64_t base;
-    double accepted_at, heard_at, owned_at;
+    double heard_at, owned_at; /* (heard_at starts at the accept) */
     int bucket;     /* its address's pending count, while it has delivered nothing; -1 after */
     char addr[64];
     char owner[64]; /* "" until its first message */
@@ -40,6 +40,7 @@ struct fm_conns {
     uint64_t backlog; /* bytes a connection may send without completing a message */
     uint32_t silent_ms; /* how long a connection may send nothing at all */
     conn_t *by_fd;
+    uint32_t *owner_of; /* by descriptor: a hash of the owner's id, 0 none (scanned per new owner, not conn_t) */
     int nfd;
     double last_check;
     double caught_up_at;                /* when the daemon last read every waiting message */
@@ -65,13 +66,16 @@ static bool received(int fd, uint64_t *bytes, uint32_t *idle_ms)
     return true;
 }
 
-static int bucket_of(const char *host)
+/* FNV-1a of s (an address, an id). */
+static uint32_t hash_of(const char *s)
 {
     uint32_t h = 2166136261u;
-    for (; *host; host++)
-        h = (h ^ (unsigned char)*host) * 16777619u;
-    return (int)(h % PENDING_BUCKETS);
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 16777619u;
+    return h;
 }
+
+static int bucket_of(const char *host) { return (int)(hash_of(host) % PENDING_BUCKETS); }
 
 /* The connection no longer counts as pending for its address. */
 static void unpend(fm_conns_t *c, conn_t *k)
@@ -109,17 +113,22 @@ static bool track(fm_conns_t *c, int fd, const char *addr, double now)
     if (fd >= c->nfd) {
         int n = fd + 64;
         conn_t *g = realloc(c->by_fd, (size_t)n * sizeof *g);
-        if (!g)
+        if (g)
+            c->by_fd = g;
+        uint32_t *h = g ? realloc(c->owner_of, (size_t)n * sizeof *h) : NULL;
+        if (!h)
             return true; /* (untracked: only the checks are lost for it) */
+        c->owner_of = h;
         memset(g + c->nfd, 0, (size_t)(n - c->nfd) * sizeof *g);
-        c->by_fd = g;
+        memset(h + c->nfd, 0, (size_t)(n - c->nfd) * sizeof *h);
         c->nfd = n;
     }
     conn_t *k = &c->by_fd[fd];
     memset(k, 0, sizeof *k);
     k->bucket = -1;
     k->open = received(fd, &k->base, NULL);
-    k->accepted_at = k->heard_at = now;
+    k->heard_at = now;
+    c->owner_of[fd] = 0;
     /* the peer's address (the event names the listening endpoint) */
     char host[INET6_ADDRSTRLEN];
     unsigned port;
@@ -233,13 +242,18 @@ static void cut(fm_conns_t *c, conn_t *k, int fd, double now, const char *why)
 
 /* fd's first message came from id: it is id's, and id holds at most per_key
  * connections (the one it owned longest is shut, as a reconnect replaces a
- * connection). Once a connection: a scan of the table. */
+ * connection). Once a connection: a scan of the owners' hashes (4 bytes a
+ * descriptor), the names compared only where a hash matches. */
 static void own(fm_conns_t *c, int fd, conn_t *k, const char *id, double now)
 {
     snprintf(k->owner, sizeof k->owner, "%s", id);
     k->owned_at = now;
+    uint32_t h = hash_of(k->owner) | 1u; /* (never 0: none) */
+    c->owner_of[fd] = h;
     int held = 0, oldest = -1;
     for (int i = 0; i < c->nfd; i++) {
+        if (c->owner_of[i] != h)
+            continue;
         conn_t *o = &c->by_fd[i];
         if (!o->open || strcmp(o->owner, k->owner) != 0)
             continue;
@@ -327,6 +341,7 @@ void fm_conns_close(fm_conns_t **cp)
     zmq_socket_monitor(c->watched, NULL, 0);
     zmq_close(c->events);
     free(c->by_fd);
+    free(c->owner_of);
     free(c);
     *cp = NULL;
 }
