@@ -16,7 +16,9 @@
 #   "25 50 100 250 1000", text "4096 16384 65536 262144"; "all" = no cap),
 #   SEEDS ("1 2 3"), STRATEGIES (image: "local fedavg comigs pfedmoap full",
 #   text: "local fedavg comigs"), ROUNDS (30), HOLDOUT=1 (score on held-out
-#   train data, for choosing settings: the test splits are never read).
+#   train data, for choosing settings: the test splits are never read),
+#   DATA_SEED (one partition for every run, --data-seed: SEEDS then vary the
+#   training alone; the seed column of runs.txt reads dD.sS).
 # Writes OUT/runs.txt (one line a run: setting size strategy seed run-id
 # final best-on-validation, accuracy in % or bits per byte), OUT/regimes.db,
 # OUT/sim-*.txt and OUT/machine.txt; bench/regimes_table.py OUT/runs.txt makes
@@ -42,6 +44,7 @@ else
   sizes=${SIZES:-25 50 100 250 1000} strategies=${STRATEGIES:-local fedavg comigs pfedmoap full} cap=--client-examples
 fi
 [[ ${HOLDOUT:-0} == 1 ]] && flags+=(--holdout)
+[[ -n ${DATA_SEED:-} ]] && flags+=(--data-seed "$DATA_SEED")
 mkdir -p "$out"
 { bench/machine.sh
   echo "started $(date -u '+%Y-%m-%d %H:%M UTC'), setting $setting, rounds $rounds, seeds $seeds, flags: ${flags[*]} $*"
@@ -50,7 +53,9 @@ db="$out/regimes.db"
 for size in $sizes; do
   for strategy in $strategies; do
     for seed in $seeds; do
-      tag="$setting-$size-$strategy-$seed"
+      key=$seed
+      [[ -n ${DATA_SEED:-} ]] && key="d$DATA_SEED.s$seed"
+      tag="$setting-$size-$strategy-$key"
       capflag=()
       [[ $size == all ]] || capflag=("$cap" "$size")
       echo "== $tag" >&2
@@ -62,7 +67,7 @@ for size in $sizes; do
       # validation accuracy is best (text: next-byte accuracy; the round log
       # keeps no validation loss a round)
       "$build/server/fedmoe-history" --db "$db" export "$id" | awk -F, -v text="$([[ $setting == text ]] && echo 1 || echo 0)" \
-        -v tag="$setting $size $strategy $seed $id" '
+        -v tag="$setting $size $strategy $key $id" '
         NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
         {
           t = text ? $col["test_loss"] / log(2) : 100 * $col["test_accuracy"]; v = $col["val_accuracy"]

@@ -135,7 +135,7 @@ int main(int argc, char **argv)
         ds.index = o.partition_index;
         ds.count = o.partition_count;
     }
-    ds.seed = spec.seed;
+    ds.seed = fm_run_spec_data_seed(&spec);
     ds.context = mc.context;
     ds.regime = spec.regime;
     if (fm_regime_check(&ds.regime, mc.family == FM_FAMILY_TEXT) != FM_OK)

@@ -441,6 +441,58 @@ static void test_run_spec_carries_and_checks_the_regime(void **state)
     assert_int_equal(fm_run_spec_finish(&s), FM_ERR_ARG);
 }
 
+/* --data-seed: the run's data follows it and not the run seed (runs on one
+ * partition differing only in training seed); it travels in the Welcome and
+ * shows in the config text only when set. */
+static void test_data_seed_keys_the_data_alone(void **state)
+{
+    (void)state;
+    fm_run_spec_t s;
+    fm_run_spec_default(&s);
+    s.partition_count = 10;
+    s.part.kind = FM_PARTITION_DIRICHLET;
+    s.part.alpha = 0.1;
+    assert_int_equal(fm_cap_parse("f", "30..300", &s.regime.examples), FM_OK);
+    assert_int_equal(fm_run_spec_finish(&s), FM_OK);
+    fm_data_spec_t d;
+    fm_split_sizes_t base[10], other[10];
+    fm_run_spec_data(&s, &d);
+    assert_int_equal(fm_client_data_sizes(&d, base), FM_OK);
+    /* another run seed, the same data seed: the same sizes and the same rows */
+    fm_run_spec_t t = s;
+    t.data_seed = s.seed;
+    t.seed = 7;
+    fm_run_spec_data(&t, &d);
+    assert_int_equal(fm_client_data_sizes(&d, other), FM_OK);
+    assert_memory_equal(base, other, sizeof base);
+    fm_client_data_t a, b;
+    load(&a, &d, 4);
+    fm_run_spec_data(&s, &d);
+    load(&b, &d, 4);
+    assert_int_equal(a.train.n, b.train.n);
+    assert_memory_equal(a.train.y, b.train.y, a.train.n);
+    assert_memory_equal(a.test.x, b.test.x, sizeof(float) * 784 * a.test.n);
+    fm_client_data_free(&a);
+    fm_client_data_free(&b);
+    /* another data seed: other partitions and caps */
+    t.data_seed = 2;
+    fm_run_spec_data(&t, &d);
+    assert_int_equal(fm_client_data_sizes(&d, other), FM_OK);
+    assert_memory_not_equal(base, other, sizeof base);
+    /* on the wire and in the config text */
+    fm_welcome_pb_t w;
+    fm_run_spec_t back;
+    fm_run_spec_welcome(&t, "run-x", 0, 1, &w);
+    assert_int_equal(fm_run_spec_from_welcome(&back, &w.welcome, t.model.specialists), FM_OK);
+    assert_int_equal(back.seed, 7);
+    assert_int_equal(fm_run_spec_data_seed(&back), 2);
+    char json[4096];
+    fm_run_spec_json(&t, json, sizeof json);
+    assert_non_null(strstr(json, "\"holdout\":false,\"data_seed\":2}"));
+    fm_run_spec_json(&s, json, sizeof json);
+    assert_null(strstr(json, "data_seed"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -453,6 +505,7 @@ int main(void)
         cmocka_unit_test(test_client_data_domains_and_concepts),
         cmocka_unit_test(test_text_capped_in_bytes),
         cmocka_unit_test(test_run_spec_carries_and_checks_the_regime),
+        cmocka_unit_test(test_data_seed_keys_the_data_alone),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -273,7 +273,12 @@ static const fm_option_t table[] = {
      "strategy comigs (local and fedavg too)"},
     {"strategy", 0, FM_OPT_CUSTOM, "S", 0, 0, S | M, 0, 0, 0, set_strategy, show_strategy, NULL, FM_OPT_G_RUN,
      "local, fedavg, comigs, pfedmoap or full"},
-    {"seed", 0, FM_OPT_U64, "N", 0, 0, S | C | M, SPEC, R(seed), NULL, NULL, NULL, FM_OPT_G_RUN, "run seed"},
+    {"seed", 0, FM_OPT_U64, "N", 0, 0, S | C | M, SPEC, R(seed), NULL, NULL, NULL, FM_OPT_G_RUN, "run seed: the initial model, the batch order, the choice of\n"
+     "participants and (unless --data-seed) the data"},
+    {"data-seed", 0, FM_OPT_U64, "N", 0, 0, S | C | M, SPEC, R(data_seed), NULL, NULL, "the run seed", FM_OPT_G_RUN,
+     "seed of which examples each client holds (partition, splits,\n"
+     "caps, domains, label maps) apart from the rest, so that runs can\n"
+     "differ in training seed on one partition"},
     {"db", 0, FM_OPT_STRING, "PATH", 0, 0, S | M, 0, O(db), NULL, NULL, NULL, FM_OPT_G_RUN,
      "SQLite round log"},
     {"new-run", 0, FM_OPT_SWITCH, NULL, 0, 0, S, 0, O(new_run), NULL, NULL, NULL, FM_OPT_G_RUN,

@@ -50,13 +50,15 @@ void fm_run_spec_default(fm_run_spec_t *s)
     s->clip_norm = FM_CLIP_AUTO;
 }
 
+uint64_t fm_run_spec_data_seed(const fm_run_spec_t *s) { return s->data_seed ? s->data_seed : s->seed; }
+
 void fm_run_spec_data(const fm_run_spec_t *s, fm_data_spec_t *out)
 {
     fm_data_spec_default(out);
     out->dataset = s->dataset;
     out->count = s->partition_count;
     out->part = s->part;
-    out->seed = s->seed;
+    out->seed = fm_run_spec_data_seed(s);
     out->holdout = s->holdout;
     out->context = s->model.context;
     out->regime = s->regime;
@@ -143,10 +145,13 @@ size_t fm_run_spec_json(const fm_run_spec_t *s, char *buf, size_t cap)
     char rule[64], clip[32];
     fm_agg_spec_name(&s->aggregate, rule, sizeof rule);
     fm_clip_norm_name(s->clip_norm, clip, sizeof clip);
+    char dseed[48] = ""; /* only when set: runs without one keep their old config text */
+    if (s->data_seed)
+        snprintf(dseed, sizeof dseed, ",\"data_seed\":%llu", (unsigned long long)s->data_seed);
     int n = snprintf(
         buf, cap,
         "{\"strategy\":\"%s\",\"seed\":%llu,\"dataset\":\"%s\",\"partition\":{\"scheme\":\"%s\",\"alpha\":%g,"
-        "\"classes_per_client\":%d,\"min_samples\":%zu,\"count\":%d,\"holdout\":%s},"
+        "\"classes_per_client\":%d,\"min_samples\":%zu,\"count\":%d,\"holdout\":%s%s},"
         "\"model\":{\"family\":\"%s\",\"context\":%d,\"untied\":%s,\"shared\":\"%s\",\"stem\":\"%s\",\"in_dim\":%d,\"classes\":%d,\"d\":%d,\"blocks\":%d,\"generalists\":%d,"
         "\"specialists\":%d,\"ffn_hidden\":%d,\"top_k\":%d,\"lb_weight\":%g,\"generalist_importance\":%g,"
         "\"prompt_len\":%d,\"prompt_dim\":%d,\"text_hidden\":%d,\"heads\":%d,\"max_nonlocal\":%d,"
@@ -155,7 +160,7 @@ size_t fm_run_spec_json(const fm_run_spec_t *s, char *buf, size_t cap)
         "\"weight_decay\":%g,\"local_epochs\":%d,\"local_steps\":%d,\"lb_in_upper\":%s,\"anchor\":%g,\"lr_schedule\":\"%s\"},"
         "\"aggregation\":{\"rule\":\"%s\",\"clip\":\"%s\"},\"eval_sample\":%d}",
         fm_strategy_name(s->strategy), (unsigned long long)s->seed, s->dataset, fm_partition_kind_name(s->part.kind),
-        s->part.alpha, s->part.classes_per_client, s->part.min_samples, s->partition_count, s->holdout ? "true" : "false",
+        s->part.alpha, s->part.classes_per_client, s->part.min_samples, s->partition_count, s->holdout ? "true" : "false", dseed,
         fm_family_name(c->family), c->context, c->untied ? "true" : "false", fm_shared_name(c->shared), fm_stem_name(c->stem), c->in_dim, c->classes, c->d, c->blocks, c->generalists,
         c->specialists, c->ffn_hidden, c->top_k, c->lb_weight, c->generalist_importance, c->prompt_len,
         c->prompt_dim, c->text_hidden, c->heads, c->max_nonlocal, c->attn_scale, c->lambda, c->tau,

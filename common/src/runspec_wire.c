@@ -57,6 +57,7 @@ static void spec_to_pb(const fm_run_spec_t *s, Fedmoe__ModelSpec *m, Fedmoe__Tra
     d->min_samples = (uint32_t)s->part.min_samples;
     d->partition_count = (uint32_t)s->partition_count;
     d->holdout = s->holdout;
+    d->data_seed = s->data_seed;
     fm_cap_name(&s->regime.examples, rt->examples, sizeof rt->examples);
     fm_cap_name(&s->regime.bytes, rt->bytes, sizeof rt->bytes);
     fm_domains_name(&s->regime.domains, rt->domains, sizeof rt->domains);
@@ -153,6 +154,7 @@ fm_status fm_run_spec_from_welcome(fm_run_spec_t *s, const Fedmoe__Welcome *w, i
     s->part.min_samples = d->min_samples;
     s->partition_count = CAP_INT(d->partition_count, 100000);
     s->holdout = d->holdout;
+    s->data_seed = d->data_seed;
     if (fm_cap_parse("client_examples", d->client_examples, &s->regime.examples) != FM_OK ||
         fm_cap_parse("client_bytes", d->client_bytes, &s->regime.bytes) != FM_OK ||
         fm_domains_parse("domains", d->domains, &s->regime.domains) != FM_OK)

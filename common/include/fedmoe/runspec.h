@@ -66,6 +66,8 @@ bool fm_strategy_federates(fm_strategy s, const fm_param_t *p);
 typedef struct fm_run_spec {
     fm_strategy strategy;
     uint64_t seed;
+    uint64_t data_seed;        /* keys which examples a client holds (partition, splits, caps,
+                                  domains, label maps); 0: seed. seed keys the rest */
     fm_model_config_t model;
     fm_train_config_t train;
     int local_epochs;          /* passes over the train split per round (1) */
@@ -109,6 +111,8 @@ fm_status fm_run_spec_finish(fm_run_spec_t *s);
  * holdout, partition index 0 and the default split fractions. What clients
  * load and the coordinator sizes. */
 void fm_run_spec_data(const fm_run_spec_t *s, fm_data_spec_t *out);
+/* The seed of the run's data: data_seed, or the run seed when that is 0. */
+uint64_t fm_run_spec_data_seed(const fm_run_spec_t *s);
 
 /* The spec as one JSON object (for the runs table); returns bytes written. */
 size_t fm_run_spec_json(const fm_run_spec_t *s, char *buf, size_t cap);
