@@ -212,11 +212,21 @@ void fm_conns_handle(fm_conns_t *c, double now)
         } else if (event == ZMQ_EVENT_ACCEPTED && c->open >= c->cap) {
             /* libzmq sees the peer hang up and closes it; it counts until its
              * DISCONNECTED like any other */
+            /* the event names the listening endpoint: the peer's address is asked
+             * of the descriptor before it is shut */
+            char host[INET6_ADDRSTRLEN];
+            unsigned port;
+            peer_host((int)fd, host, &port);
             shutdown((int)fd, SHUT_RDWR);
             c->open++;
-            if (fm_log_limit_take(&c->refused, now, REFUSALS_PER_SECOND, "refused connections"))
-                fm_warn("connection from %s refused: %d connections open, the most --max-connections allows", addr,
-                        c->cap);
+            if (fm_log_limit_take(&c->refused, now, REFUSALS_PER_SECOND, "refused connections")) {
+                if (host[0])
+                    fm_warn("connection from %s port %u refused: %d connections open, the most --max-connections "
+                            "allows", host, port, c->cap);
+                else
+                    fm_warn("connection on %s refused: %d connections open, the most --max-connections allows",
+                            addr, c->cap);
+            }
         } else if (event == ZMQ_EVENT_ACCEPTED) {
             c->open++;
             if (!track(c, (int)fd, addr, now)) {

@@ -188,7 +188,8 @@ static void *open_socket(void *ctx, const fm_server_config_t *cfg, const fm_key_
 /* Raises the open-file limit to its hard maximum (each client connection holds
  * a file descriptor) and warns when it is below what the run's clients need;
  * returns the connections the coordinator will hold at once (--max-connections,
- * kept 64 below the limit). */
+ * kept 64 below the limit), or -1 (FM_ERR_ARG's reason set) when that is fewer
+ * than a round's quorum: no round could ever start, so the run does not wait. */
 static int raise_fd_limit(const fm_server_config_t *cfg)
 {
     int cap = cfg->max_connections ? cfg->max_connections : 2 * cfg->spec.partition_count + 64;
@@ -205,8 +206,22 @@ static int raise_fd_limit(const fm_server_config_t *cfg)
         fm_warn("only %llu file descriptors (ulimit -n): fewer than the %d clients of this run can connect; raise "
                 "the hard limit",
                 (unsigned long long)rl.rlim_cur, cfg->spec.partition_count);
-    if (rl.rlim_cur != RLIM_INFINITY && (rlim_t)cap + 64 > rl.rlim_cur)
+    bool by_limit = false;
+    if (rl.rlim_cur != RLIM_INFINITY && (rlim_t)cap + 64 > rl.rlim_cur) {
         cap = rl.rlim_cur > 128 ? (int)(rl.rlim_cur - 64) : 64;
+        by_limit = true;
+    }
+    if (cap < cfg->min_clients) {
+        if (by_limit)
+            fm_error_set("a round needs %d clients (--min-clients) but only %d connections can be held: %llu file "
+                         "descriptors (ulimit -n), 64 kept for the coordinator; raise the hard limit or lower "
+                         "--min-clients",
+                         cfg->min_clients, cap, (unsigned long long)rl.rlim_cur);
+        else
+            fm_error_set("a round needs %d clients (--min-clients) but --max-connections %d holds fewer",
+                         cfg->min_clients, cap);
+        return -1;
+    }
     return cap;
 }
 
@@ -237,12 +252,12 @@ fm_status fm_coordinator_run(const fm_server_config_t *cfg, volatile sig_atomic_
     fm_coordinator_t *c = NULL;
     fm_zap_t *zap = NULL;
     fm_key_t own;
-    fm_status st = ctx ? start_security(cfg, ctx, &own, &zap) : FM_ERR_IO;
+    int max_conns = raise_fd_limit(cfg);
+    fm_status st = max_conns < 0 ? FM_ERR_ARG : ctx ? start_security(cfg, ctx, &own, &zap) : FM_ERR_IO;
     if (st == FM_OK && zap)
         st = fm_routes_new(&d.routes);
     if (st != FM_OK || (st = fm_coordinator_new(&c, cfg, send_zmq, &d)) != FM_OK)
         goto out;
-    int max_conns = raise_fd_limit(cfg);
     if (cfg->insecure)
         fm_warn("INSECURE: --insecure given: no encryption and no authentication; anyone who reaches %s can "
                 "join, read and change the model",

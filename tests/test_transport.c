@@ -213,7 +213,10 @@ static void test_unfinished_multipart(void **state)
 }
 
 /* Each connection holds a file descriptor: the coordinator raises its soft limit
- * to the hard one, and says so when even that is too low for the run. */
+ * to the hard one, and says so when even that is too low for the run; when it
+ * is too low for a round's quorum it stops at once with one line (it waited
+ * forever: "waiting for clients (960 ready, 1100 needed)"), and so does a
+ * --max-connections below the quorum. */
 static void test_fd_limit_raised_and_checked(void **state)
 {
     (void)state;
@@ -233,6 +236,25 @@ static void test_fd_limit_raised_and_checked(void **state)
         else
             assert_non_null(strstr(out, cases[i][1]));
         assert_non_null(strstr(out, "listening on")); /* it starts either way */
+        free(out);
+    }
+    const char *quorum[][2] = {{"ulimit -n 100", "a round needs 80 clients (--min-clients) but only 64 connections can "
+                                                 "be held: 100 file descriptors"},
+                               {"true --max-connections 70", "--max-connections 70 holds fewer"}};
+    for (int i = 0; i < 2; i++) {
+        char db[512], log[512], cmd[2048], *out, tag[16];
+        snprintf(tag, sizeof tag, "fdq%d", i);
+        procs_files(tag, db, log);
+        bool flag = strncmp(quorum[i][0], "true", 4) == 0;
+        snprintf(cmd, sizeof cmd,
+                 "sh -c '%s; exec timeout -s KILL 20 %s --insecure --bind tcp://127.0.0.1:* --db %s --partitions 200 "
+                 "--min-clients 80 %s' 2>&1; echo \"exit $?\"",
+                 flag ? "true" : quorum[i][0], BIN("server/fedmoe-server"), db, flag ? quorum[i][0] + 5 : "");
+        procs_capture(cmd, &out);
+        assert_non_null(strstr(out, quorum[i][1]));
+        assert_null(strstr(out, "listening on"));
+        assert_null(strstr(out, "exit 0"));
+        assert_null(strstr(out, "exit 137")); /* (stopped by itself, not by the timeout) */
         free(out);
     }
 }
@@ -327,6 +349,53 @@ static void test_connection_flood(void **state)
     assert_int_equal(procs_wait(server, 30), 0);
 }
 
+/* Past --max-connections a connection is shut at once, and the line that says
+ * so names the peer's address and port (libzmq's event names only the
+ * listening endpoint, which the line used to give). */
+static void test_cap_refusal_names_the_peer(void **state)
+{
+    (void)state;
+    char db[512], log[512], ep[64];
+    procs_files("cap", db, log);
+    peer_endpoint(ep);
+    char *sargv[] = {BIN("server/fedmoe-server"), "--insecure", "--bind", ep, "--db", db, "--partitions", "2",
+                     "--max-connections", "2", NULL};
+    pid_t server = procs_spawn_server(sargv, log);
+    int port = atoi(strrchr(ep, ':') + 1);
+    for (int i = 0; i < 100 && !procs_log_has(log, "listening on"); i++)
+        usleep(50000);
+    enum { N = 4 };
+    int fds[N];
+    struct sockaddr_in local[N];
+    for (int i = 0; i < N; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        assert_int_equal(connect(fds[i], (struct sockaddr *)&a, sizeof a), 0);
+        socklen_t sl = sizeof local[i];
+        getsockname(fds[i], (struct sockaddr *)&local[i], &sl);
+        usleep(100000); /* (accepted in this order) */
+    }
+    /* the last two are past the cap: their lines name them */
+    bool named = false;
+    for (int t = 0; t < 50 && !named; t++) {
+        usleep(100000);
+        named = true;
+        for (int i = 2; i < N; i++) {
+            char want[96];
+            snprintf(want, sizeof want, "connection from 127.0.0.1 port %u refused: 2 connections open",
+                     ntohs(local[i].sin_port));
+            named &= procs_log_has(log, want);
+        }
+    }
+    assert_true(named);
+    assert_false(procs_log_has(log, "connection from tcp://"));
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+    kill(server, SIGTERM);
+    assert_int_equal(procs_wait(server, 30), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -334,6 +403,7 @@ int main(void)
         cmocka_unit_test(test_unfinished_multipart),
         cmocka_unit_test(test_fd_limit_raised_and_checked),
         cmocka_unit_test(test_connection_flood),
+        cmocka_unit_test(test_cap_refusal_names_the_peer),
     };
     return procs_run_tests("transport", tests, sizeof tests / sizeof tests[0], dir, sizeof dir);
 }
