@@ -31,7 +31,7 @@ printf '| clients | peak RSS | RSS / model | median round | CPU per round | CPU 
 for n in $ns; do
   "$bin/bench/fedmoe-loadgen" --keys "$work/keys" --clients "$n" --make-keys
   db=$work/scale-$n.db
-  "$bin/server/fedmoe-server" --bind "tcp://127.0.0.1:$port" --db "$db" "${server_auth[@]}" --rounds "$rounds" --min-clients "$n" --partitions "$n" --strategy "$strategy" \
+  "$bin/server/fedmoe-server" --bind "tcp://127.0.0.1:$port" --db "$db" "${server_auth[@]}" --rounds "$rounds" --min-clients "$n" --partitions "$n" --client-dirichlet 0.3 --strategy "$strategy" \
     --max-connections $((n + 64)) > "$work/server-$n.log" 2>&1 &
   server=$!
   sleep 0.5

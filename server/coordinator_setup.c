@@ -180,14 +180,24 @@ static fm_status initial_state(fm_coordinator_t *c)
 
 /* What the coordinator knows of its clients' data: every partition's split sizes,
  * from the run's dataset (labels only), so that the averaging weights are its
- * own numbers; and the cap on the weight of a client on data of its own. */
-static void data_sizes(fm_coordinator_t *c)
+ * own numbers; and the cap on the weight of a client on data of its own. A
+ * dataset this machine cannot read leaves the weights to the clients' counts
+ * (warned); a partition that cannot be made (a Dirichlet draw that cannot give
+ * every client --min-examples, a dataset named wrong) is FM_ERR_ARG: no client
+ * could load its share either. */
+static fm_status data_sizes(fm_coordinator_t *c)
 {
     fm_data_spec_t ds;
     fm_run_spec_data(&c->spec, &ds);
     uint64_t largest = 0;
     c->sizes = calloc((size_t)ds.count, sizeof *c->sizes);
-    if (c->sizes && fm_client_data_sizes(&ds, c->sizes) == FM_OK) {
+    fm_status st = c->sizes ? fm_client_data_sizes(&ds, c->sizes) : FM_ERR_NOMEM;
+    if (st == FM_ERR_ARG) {
+        free(c->sizes);
+        c->sizes = NULL;
+        return st;
+    }
+    if (st == FM_OK) {
         for (int i = 0; i < ds.count; i++)
             largest = c->sizes[i].train > largest ? c->sizes[i].train : largest;
     } else {
@@ -200,6 +210,7 @@ static void data_sizes(fm_coordinator_t *c)
         largest = 1; /* equal weights */
     }
     c->weight_cap = c->cfg.max_weight ? c->cfg.max_weight : largest;
+    return FM_OK;
 }
 
 fm_status fm_coordinator_new(fm_coordinator_t **out, const fm_server_config_t *cfg, fm_coordinator_send_fn send,
@@ -221,9 +232,9 @@ fm_status fm_coordinator_new(fm_coordinator_t **out, const fm_server_config_t *c
     if ((st = fm_run_spec_finish(&c->spec)) != FM_OK || (st = initial_state(c)) != FM_OK ||
         (st = fm_registry_new(&c->reg, c->spec.partition_count)) != FM_OK || (st = fm_aggregator_new(&c->agg_model, c->dims.nmodel)) != FM_OK ||
         (st = fm_aggregator_new(&c->agg_prompt, c->dims.nprompt)) != FM_OK ||
-        (st = fm_budget_new(&c->budget, 4 * c->spec.partition_count + 4096)) != FM_OK)
+        (st = fm_budget_new(&c->budget, 4 * c->spec.partition_count + 4096)) != FM_OK ||
+        (st = data_sizes(c)) != FM_OK)
         goto fail;
-    data_sizes(c);
     fm_aggregator_set_rule(c->agg_model, &c->spec.aggregate);
     fm_aggregator_set_rule(c->agg_prompt, &c->spec.aggregate);
     c->clip[0] = c->clip[1] = c->spec.clip_norm > 0.0 ? c->spec.clip_norm : 0.0;

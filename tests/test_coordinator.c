@@ -335,6 +335,36 @@ static void test_pool_holds_while_clients_join(void **state)
     finish(&c);
 }
 
+/* A partition that cannot be made is the run's error, said as such: 1,000
+ * clients under the default Dirichlet(0.3) with 40 examples each (no draw
+ * gives them all 40), 3,000 (more than the dataset holds). It used to be
+ * logged as "cannot read the run's dataset" and every client weighed 1. A
+ * dataset this machine cannot read still only warns (its clients may have it). */
+static void test_partition_that_cannot_be_made(void **state)
+{
+    (void)state;
+    const int counts[] = {1000, 3000};
+    const char *why[] = {"no Dirichlet(0.3) draw in 1000 tries gives every one of 1000 clients 40 examples "
+                         "(--min-examples)",
+                         "3000 clients of 40 examples (--min-examples) need 120000, the dataset has 70000"};
+    for (int i = 0; i < 2; i++) {
+        fm_server_config_t cfg;
+        small_config(&cfg, counts[i], 2);
+        cfg.spec.part.kind = FM_PARTITION_DIRICHLET;
+        cfg.spec.part.alpha = 0.3;
+        fm_coordinator_t *c = NULL;
+        assert_int_equal(fm_coordinator_new(&c, &cfg, NULL, NULL), FM_ERR_ARG);
+        assert_null(c);
+        assert_non_null(strstr(fm_error_last(), why[i]));
+    }
+    fm_server_config_t cfg;
+    small_config(&cfg, 3, 2);
+    snprintf(cfg.spec.dataset, sizeof cfg.spec.dataset, "fmnist:/nonexistent");
+    fm_coordinator_t *c = NULL;
+    assert_int_equal(fm_coordinator_new(&c, &cfg, NULL, NULL), FM_OK);
+    fm_coordinator_destroy(&c);
+}
+
 int main(void)
 {
     fm_log_set_level(FM_LOG_ERROR);
@@ -349,6 +379,7 @@ int main(void)
         cmocka_unit_test(test_resume_from_checkpoint),
         cmocka_unit_test(test_tasks_through_window),
         cmocka_unit_test(test_pool_holds_while_clients_join),
+        cmocka_unit_test(test_partition_that_cannot_be_made),
     };
     return procs_run_tests("coordinator", tests, sizeof tests / sizeof tests[0], coord_dir, sizeof coord_dir);
 }

@@ -70,7 +70,8 @@ static uint8_t *run_with(int clients, size_t *len)
     snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", procs_free_port());
     snprintf(parts, sizeof parts, "%d", clients);
     char *sargv[] = {BIN("server/fedmoe-server"), "--bind", ep, "--db", db, "--rounds", "2", "--min-clients", n,
-                     "--partitions", parts, "--round-timeout", "300", "--max-connections", "1000", NULL};
+                     "--partitions", parts, "--client-dirichlet", "0.3", "--round-timeout", "300", "--max-connections",
+                     "1000", NULL};
     pid_t server = procs_spawn_server(sargv, log);
     char *largv[] = {BIN("bench/fedmoe-loadgen"), "--connect", ep, "--clients", n, "--keys", allow, "--server-key",
                      pub, NULL};

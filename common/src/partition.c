@@ -144,6 +144,12 @@ static fm_status dirichlet_draw(split_t *w, double alpha)
 /* Dirichlet draws until every client has min_samples (bounded tries). */
 static fm_status split_dirichlet(split_t *w, const fm_partition_config_t *cfg)
 {
+    if ((double)w->clients * (double)cfg->min_samples > (double)w->n) {
+        fm_error_set("partition: %d clients of %zu examples (--min-examples) need %.0f, the dataset has %zu; lower "
+                     "the minimum, use fewer clients, or --client-dirichlet (any number of clients)",
+                     w->clients, cfg->min_samples, (double)w->clients * (double)cfg->min_samples, w->n);
+        return FM_ERR_ARG;
+    }
     for (int tries = 1;; tries++) {
         fm_status st = dirichlet_draw(w, cfg->alpha);
         if (st != FM_OK)
@@ -155,7 +161,8 @@ static fm_status split_dirichlet(split_t *w, const fm_partition_config_t *cfg)
             return FM_OK;
         if (tries >= DIRICHLET_MAX_TRIES) {
             fm_error_set("partition: no Dirichlet(%g) draw in %d tries gives every one of %d clients "
-                         "%zu examples; lower the minimum or use fewer clients",
+                         "%zu examples (--min-examples); lower the minimum, use fewer clients, or "
+                         "--client-dirichlet (any number of clients)",
                          cfg->alpha, tries, w->clients, cfg->min_samples);
             return FM_ERR_ARG;
         }
