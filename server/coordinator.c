@@ -511,15 +511,17 @@ static void handle_update(fm_coordinator_t *c, const char *id, int slot, const F
         send_error(c, id, code, why);
         return;
     }
-    /* bound the update's distance from the state it was sent (--clip-norm) */
+    /* bound the update's distance from the state it was sent (--clip-norm;
+     * auto before a bound was learned: the one the round's sample set, if yet) */
+    double bound[2] = {c->clip[0] > 0.0 ? c->clip[0] : c->sampled[0], c->clip[1] > 0.0 ? c->clip[1] : c->sampled[1]};
     if (e.model)
-        p->norm[0] = fm_clip_to_norm(c->scratch, c->global, c->dims.nmodel, c->clip[0]);
+        p->norm[0] = fm_clip_to_norm(c->scratch, c->global, c->dims.nmodel, bound[0]);
     if (e.prompt)
-        p->norm[1] = fm_clip_to_norm(prompt, c->gprompt, c->dims.nprompt, c->clip[1]);
-    if ((c->clip[0] > 0.0 && p->norm[0] > c->clip[0]) || (c->clip[1] > 0.0 && p->norm[1] > c->clip[1])) {
+        p->norm[1] = fm_clip_to_norm(prompt, c->gprompt, c->dims.nprompt, bound[1]);
+    if ((bound[0] > 0.0 && p->norm[0] > bound[0]) || (bound[1] > 0.0 && p->norm[1] > bound[1])) {
         c->clipped++;
         fm_info("round %d: update of %s clipped (distance %.4g / %.4g, bound %.4g / %.4g)", c->round.number, id,
-                p->norm[0], p->norm[1], c->clip[0], c->clip[1]);
+                p->norm[0], p->norm[1], bound[0], bound[1]);
     }
     /* checked above, room reserved at the round's opening: adding fails only
      * when a kept update cannot be written to its file (the disk) */
@@ -532,6 +534,7 @@ static void handle_update(fm_coordinator_t *c, const char *id, int slot, const F
         return;
     }
     fm_round_complete(&c->round, p, &prompt);
+    fm_coord_sample_clip(c);
     fill_row(&p->row, &m, cl->weight, bytes);
     c->bytes_up += (int64_t)bytes;
     fm_debug("round %d: update from %s (weight %llu, test accuracy %.4f)", c->round.number, id,

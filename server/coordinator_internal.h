@@ -36,6 +36,8 @@ struct fm_coordinator {
     int *nearest, *nearest_found; /* the open round's K nearest pool prompts of each participant */
     fm_aggregator_t *agg_model, *agg_prompt;
     double clip[2];               /* this round's bound on update distances (model, prompt); 0: none */
+    double sampled[2];            /* --clip-norm auto before a bound was learned: the bound the round's
+                                   * first FM_CLIP_SAMPLE updates set (0: not yet) */
     int clipped;                  /* updates clipped this round */
     int64_t bytes_up, bytes_down; /* this round */
     double now;                   /* the time of the message or tick being handled */
@@ -73,6 +75,14 @@ void fm_coord_task_taken(fm_coordinator_t *c, fm_participant_t *p);
  * its upload's places are free. */
 void fm_coord_part_done(fm_coordinator_t *c, fm_participant_t *p);
 void fm_coord_pump(fm_coordinator_t *c);
+/* --clip-norm auto, group g (0 model, 1 prompt): FM_CLIP_AUTO_FACTOR x the
+ * lower median of this round's accepted distances so far; false (out
+ * untouched) with fewer than two (coordinator_rounds.c). */
+bool fm_coord_auto_bound(const fm_coordinator_t *c, int g, double *out);
+/* After an accepted update: once a round without a learned bound holds
+ * FM_CLIP_SAMPLE updates, clips them by the bound they set, sums them, and
+ * clips later updates by it as they come (coordinator_rounds.c). */
+void fm_coord_sample_clip(fm_coordinator_t *c);
 /* Sends an envelope; returns its size in bytes, 0 when not encoded (coordinator.c). */
 int64_t fm_coord_emit(fm_coordinator_t *c, const char *id, Fedmoe__Envelope *env);
 

@@ -94,11 +94,19 @@ static fm_status try_open_round(fm_coordinator_t *c, double now)
         fm_aggregator_reset(c->agg_prompt);
         c->bytes_up = c->bytes_down = 0;
         c->clipped = 0;
-        /* auto bounds not learned yet: this round keeps its updates and learns them at the end */
-        fm_aggregator_keep(c->agg_model, c->spec.clip_norm == FM_CLIP_AUTO && c->clip[0] == 0.0);
-        fm_aggregator_keep(c->agg_prompt, c->spec.clip_norm == FM_CLIP_AUTO && c->clip[1] == 0.0);
-        if ((st = fm_aggregator_reserve(c->agg_model, want)) == FM_OK &&
-            (st = fm_aggregator_reserve(c->agg_prompt, want)) == FM_OK)
+        c->sampled[0] = c->sampled[1] = 0.0;
+        /* auto bounds not learned yet: this round keeps its first updates and
+         * learns its bound from them (fm_coord_sample_clip), or from all of
+         * them at its end when fewer come; robust rules keep every update */
+        bool keep[2] = {c->spec.clip_norm == FM_CLIP_AUTO && c->clip[0] == 0.0,
+                        c->spec.clip_norm == FM_CLIP_AUTO && c->clip[1] == 0.0};
+        fm_aggregator_keep(c->agg_model, keep[0]);
+        fm_aggregator_keep(c->agg_prompt, keep[1]);
+        bool mean = c->spec.aggregate.rule == FM_AGG_MEAN;
+        int held[2] = {mean && keep[0] && want > FM_CLIP_SAMPLE ? FM_CLIP_SAMPLE : want,
+                       mean && keep[1] && want > FM_CLIP_SAMPLE ? FM_CLIP_SAMPLE : want};
+        if ((st = fm_aggregator_reserve(c->agg_model, held[0])) == FM_OK &&
+            (st = fm_aggregator_reserve(c->agg_prompt, held[1])) == FM_OK)
             st = fm_round_open(&c->round, slots, ids, want, now);
         for (int i = 0; st == FM_OK && i < c->round.nparts; i++)
             if (RAND_bytes(c->round.parts[i].nonce, (int)sizeof c->round.parts[i].nonce) != 1) {
@@ -191,22 +199,50 @@ static void round_row(const fm_coordinator_t *c, double now, fm_round_row_t *r)
  * than half are an attacker's, so with two updates one attacker is bounded by
  * twice the other's distance (the mean of two, the plain median, was its own).
  * A single update sets no bound: the earlier round's stays. */
+bool fm_coord_auto_bound(const fm_coordinator_t *c, int g, double *out)
+{
+    double *v = malloc(sizeof(double) * (size_t)(c->round.nparts ? c->round.nparts : 1));
+    int k = 0;
+    for (int i = 0; v && i < c->round.nparts; i++)
+        if (c->round.parts[i].state == FM_PART_COMPLETED && c->round.parts[i].norm[g] > 0.0)
+            v[k++] = c->round.parts[i].norm[g];
+    if (k >= 2)
+        *out = FM_CLIP_AUTO_FACTOR * fm_lower_median(v, k);
+    free(v);
+    return k >= 2;
+}
+
 static void next_clip(const fm_coordinator_t *c, double clip[2])
 {
     clip[0] = c->clip[0];
     clip[1] = c->clip[1];
     if (c->spec.clip_norm != FM_CLIP_AUTO)
         return;
-    double *v = malloc(sizeof(double) * (size_t)(c->round.nparts ? c->round.nparts : 1));
-    for (int g = 0; v && g < 2; g++) {
-        int k = 0;
-        for (int i = 0; i < c->round.nparts; i++)
-            if (c->round.parts[i].state == FM_PART_COMPLETED && c->round.parts[i].norm[g] > 0.0)
-                v[k++] = c->round.parts[i].norm[g];
-        if (k >= 2)
-            clip[g] = FM_CLIP_AUTO_FACTOR * fm_lower_median(v, k);
+    for (int g = 0; g < 2; g++)
+        fm_coord_auto_bound(c, g, &clip[g]);
+}
+
+void fm_coord_sample_clip(fm_coordinator_t *c)
+{
+    if (c->spec.clip_norm != FM_CLIP_AUTO || c->spec.aggregate.rule != FM_AGG_MEAN)
+        return;
+    fm_aggregator_t *agg[2] = {c->agg_model, c->agg_prompt};
+    const float *ref[2] = {c->global, c->gprompt};
+    int late = 0;
+    for (int g = 0; g < 2; g++) {
+        if (c->clip[g] > 0.0 || fm_aggregator_held(agg[g]) < FM_CLIP_SAMPLE)
+            continue;
+        double b = 0.0; /* (fewer than two nonzero distances: no bound this round) */
+        if (fm_coord_auto_bound(c, g, &b)) {
+            int k = fm_aggregator_clip_rows(agg[g], ref[g], b);
+            late = k > late ? k : late;
+        }
+        fm_aggregator_fold(agg[g]);
+        c->sampled[g] = b;
+        fm_info("round %d: %s updates bounded at distance %.4g from the first %d (2x their lower median)",
+                c->round.number, g ? "prompt" : "model", b, FM_CLIP_SAMPLE);
     }
-    free(v);
+    c->clipped += late;
 }
 
 /* The checkpoint of the state after this round: the pool takes the round's

@@ -128,6 +128,20 @@ void fm_aggregator_set_memory(fm_aggregator_t *a, size_t bytes)
     a->mem_rows = k < 1 ? 1 : k > (size_t)1 << 30 ? 1 << 30 : (int)k;
 }
 
+/* x * w is exact in double (24 + 29 bits); scaling by 2^40 is exact; the
+ * conversion truncates toward zero, a function of the value alone */
+static inline __int128 fixed(float x, double w)
+{
+    /* = (__int128)ldexp(v, FIXED_BITS), without the slow software conversion
+     * to 128 bits: v = hi + frac exactly (|v| < 2^59, hi = trunc(v)), frac has
+     * v's sign and |frac| < 1, so trunc(v 2^40) = hi 2^40 + trunc(frac 2^40),
+     * both parts converted by the hardware */
+    double v = (double)x * w;
+    int64_t hi = (int64_t)v;
+    int64_t lo = (int64_t)((v - (double)hi) * (double)(1ull << FIXED_BITS));
+    return (__int128)hi * ((__int128)1 << FIXED_BITS) + lo;
+}
+
 /* ---- kept rows: in memory, then in the spill file ---- */
 
 static size_t row_bytes(const fm_aggregator_t *a) { return sizeof(float) * a->n; }
@@ -196,6 +210,38 @@ fm_status fm_aggregator_reserve(fm_aggregator_t *a, int k)
     return k > a->mem_rows ? spill_open(a) : FM_OK;
 }
 
+/* The kept rows' exact weighted sums into acc (the rows are not changed). */
+static fm_status sum_rows(const fm_aggregator_t *a, __int128 *acc)
+{
+    float *x = malloc(row_bytes(a) ? row_bytes(a) : 1);
+    fm_status st = x ? FM_OK : FM_ERR_NOMEM;
+    for (int i = 0; st == FM_OK && i < a->count; i++) {
+        if ((st = row_io(a, i, 0, a->n, x, false)) != FM_OK)
+            break;
+        for (size_t j = 0; j < a->n; j++)
+            acc[j] += fixed(x[j], (double)a->wts[i]);
+    }
+    free(x);
+    return st;
+}
+
+void fm_aggregator_fold(fm_aggregator_t *a)
+{
+    if (!a->keep || a->spec.rule != FM_AGG_MEAN)
+        return;
+    if (sum_rows(a, a->acc) != FM_OK)
+        return; /* (out of memory for one row, or the file unreadable: they stay kept) */
+    a->keep = false;
+    free(a->rows);
+    a->rows = NULL;
+    a->rows_cap = 0;
+    if (a->fd >= 0)
+        close(a->fd);
+    a->fd = -1;
+}
+
+int fm_aggregator_held(const fm_aggregator_t *a) { return keeps_rows(a) ? a->count : 0; }
+
 int fm_aggregator_clip_rows(fm_aggregator_t *a, const float *ref, double bound)
 {
     int clipped = 0;
@@ -228,20 +274,6 @@ fm_status fm_aggregator_check(const fm_aggregator_t *a, const float *x, uint64_t
             return FM_ERR_ARG;
         }
     return FM_OK;
-}
-
-/* x * w is exact in double (24 + 29 bits); scaling by 2^40 is exact; the
- * conversion truncates toward zero, a function of the value alone */
-static inline __int128 fixed(float x, double w)
-{
-    /* = (__int128)ldexp(v, FIXED_BITS), without the slow software conversion
-     * to 128 bits: v = hi + frac exactly (|v| < 2^59, hi = trunc(v)), frac has
-     * v's sign and |frac| < 1, so trunc(v 2^40) = hi 2^40 + trunc(frac 2^40),
-     * both parts converted by the hardware */
-    double v = (double)x * w;
-    int64_t hi = (int64_t)v;
-    int64_t lo = (int64_t)((v - (double)hi) * (double)(1ull << FIXED_BITS));
-    return (__int128)hi * ((__int128)1 << FIXED_BITS) + lo;
 }
 
 fm_status fm_aggregator_add(fm_aggregator_t *a, const float *x, uint64_t weight)
@@ -336,18 +368,10 @@ fm_status fm_aggregator_result(const fm_aggregator_t *a, float *out)
     double inv = 1.0 / (double)a->total;
     if (a->keep) { /* the same exact sums, over the kept rows, a row at a time */
         __int128 *s = calloc(a->n ? a->n : 1, sizeof(__int128));
-        float *x = malloc(row_bytes(a) ? row_bytes(a) : 1);
-        fm_status st = s && x ? FM_OK : FM_ERR_NOMEM;
-        for (int i = 0; st == FM_OK && i < a->count; i++) {
-            if ((st = row_io(a, i, 0, a->n, x, false)) != FM_OK)
-                break;
-            for (size_t j = 0; j < a->n; j++)
-                s[j] += fixed(x[j], (double)a->wts[i]);
-        }
+        fm_status st = s ? sum_rows(a, s) : FM_ERR_NOMEM;
         for (size_t j = 0; st == FM_OK && j < a->n; j++)
             out[j] = (float)(ldexp((double)s[j], -FIXED_BITS) * inv);
         free(s);
-        free(x);
         return st;
     }
     for (size_t i = 0; i < a->n; i++)

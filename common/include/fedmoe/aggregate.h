@@ -63,6 +63,12 @@ void fm_aggregator_set_memory(fm_aggregator_t *a, size_t bytes);
 /* Clips every kept update to distance bound from ref (fm_clip_to_norm);
  * returns how many were clipped. */
 int fm_aggregator_clip_rows(fm_aggregator_t *a, const float *ref, double bound);
+/* Mean that keeps: sums the kept updates (clip them first) and goes on summing
+ * as updates come, holding none (the result is the same exact weighted mean);
+ * nothing under a robust rule or when not keeping. */
+void fm_aggregator_fold(fm_aggregator_t *a);
+/* Updates held as copies (in memory or the file) at the moment. */
+int fm_aggregator_held(const fm_aggregator_t *a);
 /* Makes room for k updates (robust rules keep them), so that adding up to k
  * checked updates cannot fail for want of memory (writing the file can:
  * FM_ERR_IO). */

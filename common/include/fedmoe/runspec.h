@@ -91,11 +91,14 @@ typedef struct fm_run_spec {
  * evaluates everything (0). */
 uint32_t fm_run_eval_sample(const fm_run_spec_t *s, int round, int rounds);
 
-/* clip_norm FM_CLIP_AUTO: FM_CLIP_AUTO_FACTOR x the median distance of the
- * previous round's accepted updates; before a round has committed, of the
- * round's own (the coordinator keeps that round's updates until it closes). */
+/* clip_norm FM_CLIP_AUTO: FM_CLIP_AUTO_FACTOR x the lower median distance of
+ * the previous round's accepted updates; before a round has committed, of the
+ * round's own first FM_CLIP_SAMPLE (the coordinator keeps those, then clips
+ * them and every later one of the round by that bound as it comes: a round
+ * never holds more than FM_CLIP_SAMPLE updates to learn its bound). */
 #define FM_CLIP_AUTO (-1.0)
 #define FM_CLIP_AUTO_FACTOR 2.0
+#define FM_CLIP_SAMPLE 16
 /* "auto", "off" or the number into buf; and the inverse. */
 void fm_clip_norm_name(double clip, char *buf, size_t cap);
 fm_status fm_clip_norm_parse(const char *flag, const char *text, double *out);
