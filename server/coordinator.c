@@ -460,6 +460,20 @@ static fm_participant_t *update_target(fm_coordinator_t *c, const char *id, int 
     return p;
 }
 
+/* A client awaited in the open round reports an error (a Task it could not
+ * read: it will send no Update): its part ends now, so the round does not
+ * wait for it until the deadline. (Its own part only: an Error changes
+ * nothing else.) */
+static void participant_failed(fm_coordinator_t *c, int slot)
+{
+    fm_participant_t *p = c->round.state == FM_ROUND_OPEN ? fm_round_find(&c->round, slot) : NULL;
+    if (!p || p->state != FM_PART_AWAITED || p->row.bytes_down == 0) /* (its Task not sent yet: not about it) */
+        return;
+    fm_coord_part_done(c, p);
+    fm_round_refuse(&c->round, p);
+    snprintf(p->row.status, sizeof p->row.status, "%s", fm_part_state_name(p->state));
+}
+
 static void fill_row(fm_client_round_row_t *row, const fm_metrics_t *m, uint64_t samples, size_t bytes)
 {
     snprintf(row->status, sizeof row->status, "completed");
@@ -613,6 +627,8 @@ void fm_coordinator_handle(fm_coordinator_t *c, const char *id, const uint8_t *d
         if (fm_budget_take(c->budget, id, FM_BUDGET_REPORT, now) &&
             fm_log_limit_take(&c->reports, now, WARNINGS_PER_SECOND, "error reports"))
             fm_warn("client %s reports error %u: %.200s", id, env->error->code, env->error->text);
+        if (known)
+            participant_failed(c, slot);
         break;
     default: send_error(c, id, FM_WIRE_MALFORMED, "a coordinator takes hello, update, heartbeat and error messages"); break;
     }

@@ -366,6 +366,36 @@ static void test_partition_that_cannot_be_made(void **state)
     fm_coordinator_destroy(&c);
 }
 
+/* A participant that cannot read its Task answers it with an Error: its part
+ * ends at once (status rejected) and the round commits with the others
+ * without waiting for the deadline (it waited the whole round timeout). An
+ * Error from a client outside the round changes nothing. */
+static void test_error_ends_own_part(void **state)
+{
+    (void)state;
+    fm_server_config_t cfg;
+    const char *ids[] = {"a", "b", "c"};
+    fm_coordinator_t *c = open_run(&cfg, ids, 3, 2, 100);
+    Fedmoe__Envelope env;
+    Fedmoe__Error err;
+    fedmoe__envelope__init(&env);
+    fedmoe__error__init(&err);
+    err.code = FM_WIRE_BAD_TENSOR;
+    err.text = "task: tensor model: digest mismatch";
+    env.body_case = FEDMOE__ENVELOPE__BODY_ERROR;
+    env.error = &err;
+    inject(c, "c", &env, 0.5);
+    updates(c, ids, 2, 1.0f, 100, 1.0);
+    expect_rounds(c, &cfg, 1.0, 1); /* (the deadline is at 100 s) */
+    expect_status(&cfg, 1, "c", "rejected");
+    expect_status(&cfg, 1, "a", "completed");
+    /* round 2: c is selected again and takes part */
+    updates(c, ids, 3, 1.0f, 100, 2.0);
+    expect_rounds(c, &cfg, 2.0, 2);
+    expect_status(&cfg, 2, "c", "completed");
+    finish(&c);
+}
+
 int main(void)
 {
     fm_log_set_level(FM_LOG_ERROR);
@@ -381,6 +411,7 @@ int main(void)
         cmocka_unit_test(test_tasks_through_window),
         cmocka_unit_test(test_pool_holds_while_clients_join),
         cmocka_unit_test(test_partition_that_cannot_be_made),
+        cmocka_unit_test(test_error_ends_own_part),
     };
     return procs_run_tests("coordinator", tests, sizeof tests / sizeof tests[0], coord_dir, sizeof coord_dir);
 }
