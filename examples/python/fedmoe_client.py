@@ -13,8 +13,10 @@ protoc makes from the project's proto file:
     protoc --python_out=DIR -I proto proto/fedmoe.proto
 
 usage: fedmoe_client.py --connect tcp://HOST:5555 --id ID --key ID.key \\
-                        --server-key coordinator.pub [--pb-dir DIR]
-Exits 0 when the coordinator says the run is over, 1 when it refuses the client.
+                        --server-key coordinator.pub [--pb-dir DIR] [--check-init]
+Exits 0 when the coordinator says the run is over, 1 when it refuses the client
+(or, with --check-init, when the run's first Task is not the state that
+fedmoe_init.py draws from the docs).
 """
 import argparse
 import hashlib
@@ -78,6 +80,24 @@ def update_for(pb, task):
     return u
 
 
+def check_init(welcome, task):
+    """Round 1's Task against the initial state drawn from the docs alone."""
+    import fedmoe_init
+    model, prompt = fedmoe_init.first_task(welcome.seed, welcome.model, welcome.strategy)
+    got_model = task.model[0].data if task.model else b""
+    got_prompt = task.global_prompt.data if task.HasField("global_prompt") else b""
+    for what, want, got in (("model", model, got_model), ("prompt", prompt, got_prompt)):
+        if want != got:
+            n = min(len(want), len(got)) // 4
+            first = next((i for i in range(n) if want[4 * i:4 * i + 4] != got[4 * i:4 * i + 4]), n)
+            print("initial state: the Task's %s differs from the docs' draw (%d and %d values; first at %d)" %
+                  (what, len(got) // 4, len(want) // 4, first), flush=True)
+            return False
+    print("initial state: round 1's Task is the docs' draw, bit for bit (%s: model %d values, prompt %d)" %
+          (welcome.strategy, len(model) // 4, len(prompt) // 4), flush=True)
+    return True
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--connect", required=True)
@@ -85,6 +105,8 @@ def main():
     ap.add_argument("--key", required=True, help="this client's key pair file (fedmoe-keygen)")
     ap.add_argument("--server-key", required=True, help="the coordinator's .pub file")
     ap.add_argument("--pb-dir", help="where protoc wrote fedmoe_pb2.py")
+    ap.add_argument("--check-init", action="store_true",
+                    help="check that round 1's Task is the initial state drawn from the docs (fedmoe_init.py)")
     args = ap.parse_args()
     if args.pb_dir:
         sys.path.insert(0, args.pb_dir)
@@ -114,6 +136,7 @@ def main():
     welcomed = ready = False
     last_hello = last_beat = time.monotonic()
     rounds = 0
+    welcome = None
     while True:
         now = time.monotonic()
         if not ready and now - last_hello > HELLO_RETRY_S:
@@ -132,8 +155,11 @@ def main():
                 print("welcomed to run %s (strategy %s), partition %d" %
                       (env.welcome.run_id, env.welcome.strategy, env.welcome.partition_index), flush=True)
                 hello(env.welcome.partition_index, counts=True)
+                welcome = env.welcome
             welcomed = ready = True
         elif kind == "task":
+            if args.check_init and env.task.round == 1 and not check_init(welcome, env.task):
+                return 1
             send(update=update_for(pb, env.task))
             rounds += 1
             print("round %d: update sent" % env.task.round, flush=True)
