@@ -391,46 +391,59 @@ static void test_partition_lease(void **state)
 }
 
 /* --clip-norm auto in a round without a learned bound, with more updates than
- * its sample: the first FM_CLIP_SAMPLE (16) set the bound (2x their lower
+ * its sample: the first FM_CLIP_SAMPLE (32) set the bound (2x their lower
  * median), are clipped by it and summed, and every later update is clipped by
- * it as it comes; the round holds at most 16 updates (it held them all, 4.7 GB
+ * it as it comes; the round holds at most 32 updates (it held them all, 4.7 GB
  * spilled at 5,000 clients). The next round's bound comes from every distance.
- * (With 16 or fewer the rule is the old one: test_clip_bounds.) */
+ * (With 32 or fewer the rule is the old one: test_clip_bounds.) */
+static double lower_median_of(double *v, int n)
+{
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    return v[(n - 1) / 2];
+}
+
 static void test_clip_sample(void **state)
 {
     (void)state;
-    enum { N = 40 };
+    enum { S = FM_CLIP_SAMPLE, N = FM_CLIP_SAMPLE + 8 };
     char names[N][8];
     const char *ids[N];
+    double delta[N], sorted[N];
     for (int i = 0; i < N; i++) {
         snprintf(names[i], sizeof names[i], "c%02d", i);
         ids[i] = names[i];
+        /* the sample: one long update (1.0) and 0.01 .. 0.01 (S - 1); the rest
+         * 0.02, and one more long one */
+        delta[i] = i == 0 || i == N - 1 ? 1.0 : i < S ? 0.01 * i : 0.02;
     }
+    memcpy(sorted, delta, sizeof sorted);
+    double sample_bound = 2 * lower_median_of(sorted, S);
+    memcpy(sorted, delta, sizeof sorted);
+    double next_bound = 2 * lower_median_of(sorted, N);
     fm_server_config_t cfg;
     fm_coordinator_t *c = open_run(&cfg, ids, N, N, 100); /* auto, the default */
     assert_true(cfg.spec.clip_norm == FM_CLIP_AUTO);
     size_t n = task_model("c00", 1)->data.len / 4;
-    /* the sample: one long update (1.0) and 0.01 .. 0.15: lower median 0.08 */
-    update(c, "c00", 1.0f, 100, HONEST, 1.0);
-    for (int i = 1; i < FM_CLIP_SAMPLE; i++) {
-        update(c, ids[i], 0.01f * (float)i, 100, HONEST, 1.0);
-        assert_int_equal(fm_aggregator_held(c->agg_model), i < FM_CLIP_SAMPLE - 1 ? i + 1 : 0);
-    }
-    assert_float_equal(c->sampled[0], 2 * 0.08 * sqrt((double)n), 1e-3 * sqrt((double)n));
-    /* the rest: 0.02, and one more long one, clipped as it comes */
-    for (int i = FM_CLIP_SAMPLE; i < N; i++) {
-        update(c, ids[i], i == N - 1 ? 1.0f : 0.02f, 100, HONEST, 1.0);
-        assert_int_equal(fm_aggregator_held(c->agg_model), 0);
+    double sum1 = 0.0;
+    for (int i = 0; i < N; i++) {
+        update(c, ids[i], (float)delta[i], 100, HONEST, 1.0);
+        sum1 += delta[i] < sample_bound ? delta[i] : sample_bound;
+        assert_int_equal(fm_aggregator_held(c->agg_model), i < S - 1 ? i + 1 : 0);
+        if (i == S - 1)
+            assert_float_equal(c->sampled[0], sample_bound * sqrt((double)n), 1e-3 * sqrt((double)n));
     }
     expect_rounds(c, &cfg, 1.0, 1);
-    double sum1 = 0.16 + 1.20 + 23 * 0.02 + 0.16; /* the long ones at 0.16 */
-    /* the next bound, from all 40 distances: lower median 0.02, bound 0.04 */
     for (int i = 0; i < N; i++)
         update(c, ids[i], i == 0 ? 1.0f : 0.0f, 100, HONEST, 2.0);
     expect_rounds(c, &cfg, 2.0, 2);
     for (size_t i = 0; i < n; i += 101) {
         assert_float_equal(task_step("c00", 1, i), sum1 / N, 1e-4);
-        assert_float_equal(task_step("c00", 2, i), 0.04 / N, 1e-5);
+        assert_float_equal(task_step("c00", 2, i), next_bound / N, 1e-5);
     }
     finish(&c);
 }

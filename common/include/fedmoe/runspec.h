@@ -98,7 +98,7 @@ uint32_t fm_run_eval_sample(const fm_run_spec_t *s, int round, int rounds);
  * never holds more than FM_CLIP_SAMPLE updates to learn its bound). */
 #define FM_CLIP_AUTO (-1.0)
 #define FM_CLIP_AUTO_FACTOR 2.0
-#define FM_CLIP_SAMPLE 16
+#define FM_CLIP_SAMPLE 32 /* (up to 32 updates: the old rule, whatever their order) */
 /* "auto", "off" or the number into buf; and the inverse. */
 void fm_clip_norm_name(double clip, char *buf, size_t cap);
 fm_status fm_clip_norm_parse(const char *flag, const char *text, double *out);
