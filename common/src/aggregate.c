@@ -107,18 +107,23 @@ void fm_aggregator_reset(fm_aggregator_t *a)
 
 static bool keeps_rows(const fm_aggregator_t *a) { return a->keep || a->spec.rule != FM_AGG_MEAN; }
 
+/* The memory and the file of kept rows go back. */
+static void drop_rows(fm_aggregator_t *a)
+{
+    free(a->rows);
+    a->rows = NULL;
+    a->rows_cap = 0;
+    if (a->fd >= 0)
+        close(a->fd);
+    a->fd = -1;
+}
+
 void fm_aggregator_keep(fm_aggregator_t *a, bool keep)
 {
     a->keep = keep;
     fm_aggregator_reset(a);
-    if (!keeps_rows(a)) { /* (memory for rows no longer kept goes back) */
-        free(a->rows);
-        a->rows = NULL;
-        a->rows_cap = 0;
-        if (a->fd >= 0)
-            close(a->fd);
-        a->fd = -1;
-    }
+    if (!keeps_rows(a))
+        drop_rows(a);
 }
 
 void fm_aggregator_set_memory(fm_aggregator_t *a, size_t bytes)
@@ -232,12 +237,7 @@ void fm_aggregator_fold(fm_aggregator_t *a)
     if (sum_rows(a, a->acc) != FM_OK)
         return; /* (out of memory for one row, or the file unreadable: they stay kept) */
     a->keep = false;
-    free(a->rows);
-    a->rows = NULL;
-    a->rows_cap = 0;
-    if (a->fd >= 0)
-        close(a->fd);
-    a->fd = -1;
+    drop_rows(a);
 }
 
 int fm_aggregator_held(const fm_aggregator_t *a) { return keeps_rows(a) ? a->count : 0; }
