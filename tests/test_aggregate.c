@@ -212,6 +212,59 @@ static void test_spilled_rows_same_results(void **state)
     free(got);
 }
 
+/* Folding: kept rows summed into the running mean, later ones summed as they
+ * come, holding none: the same exact weighted mean, bit for bit, as summing
+ * everything as it came, from memory or from the file; robust rules do not
+ * fold. */
+static void test_fold_same_mean(void **state)
+{
+    (void)state;
+    fm_rng_t r;
+    fm_rng_init(&r, 6, 6);
+    float *x = malloc(sizeof(float) * N * 8);
+    for (int i = 0; i < N * 8; i++)
+        x[i] = (float)fm_rng_normal(&r);
+    float *want = malloc(sizeof(float) * N), *got = malloc(sizeof(float) * N);
+    fm_aggregator_t *plain = NULL;
+    assert_int_equal(fm_aggregator_new(&plain, N), FM_OK);
+    for (int c = 0; c < 8; c++)
+        assert_int_equal(fm_aggregator_add(plain, x + (size_t)c * N, 3 + (uint64_t)c), FM_OK);
+    assert_int_equal(fm_aggregator_result(plain, want), FM_OK);
+    for (int spill = 0; spill < 2; spill++) {
+        fm_aggregator_t *a = NULL;
+        assert_int_equal(fm_aggregator_new(&a, N), FM_OK);
+        if (spill)
+            fm_aggregator_set_memory(a, sizeof(float) * N * 2);
+        fm_aggregator_keep(a, true);
+        assert_int_equal(fm_aggregator_reserve(a, 5), FM_OK);
+        for (int c = 0; c < 5; c++)
+            assert_int_equal(fm_aggregator_add(a, x + (size_t)c * N, 3 + (uint64_t)c), FM_OK);
+        assert_int_equal(fm_aggregator_held(a), 5);
+        fm_aggregator_fold(a);
+        assert_int_equal(fm_aggregator_held(a), 0);
+        for (int c = 5; c < 8; c++)
+            assert_int_equal(fm_aggregator_add(a, x + (size_t)c * N, 3 + (uint64_t)c), FM_OK);
+        assert_int_equal(fm_aggregator_held(a), 0);
+        assert_int_equal(fm_aggregator_count(a), 8);
+        assert_int_equal(fm_aggregator_result(a, got), FM_OK);
+        assert_memory_equal(want, got, sizeof(float) * N);
+        fm_aggregator_destroy(&a);
+    }
+    fm_aggregator_t *med = NULL;
+    fm_agg_spec_t median = {FM_AGG_MEDIAN, 0.0};
+    assert_int_equal(fm_aggregator_new(&med, N), FM_OK);
+    fm_aggregator_set_rule(med, &median);
+    for (int c = 0; c < 3; c++)
+        assert_int_equal(fm_aggregator_add(med, x + (size_t)c * N, 1), FM_OK);
+    fm_aggregator_fold(med);
+    assert_int_equal(fm_aggregator_held(med), 3);
+    fm_aggregator_destroy(&med);
+    fm_aggregator_destroy(&plain);
+    free(x);
+    free(want);
+    free(got);
+}
+
 static void test_clip_to_norm(void **state)
 {
     (void)state;
@@ -315,6 +368,7 @@ int main(void)
         cmocka_unit_test(test_robust_rules),
         cmocka_unit_test(test_spilled_rows_same_results),
         cmocka_unit_test(test_clip_to_norm),
+        cmocka_unit_test(test_fold_same_mean),
         cmocka_unit_test(test_knn),
         cmocka_unit_test(test_knn_batch_is_exact),
     };
