@@ -89,7 +89,8 @@ static void test_same_id_connections_with_resets(void **state)
     snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
     char *sargv[] = {BIN("server/fedmoe-server"), "--insecure", "--bind", ep, "--db", db, "--rounds", "1", NULL};
     pid_t server = procs_spawn(sargv, log);
-    usleep(500000);
+    for (int i = 0; i < 200 && !procs_log_has(log, "listening on"); i++) /* (slow under sanitizers) */
+        usleep(50000);
     int made = 0;
     for (int round = 0; round < 30; round++) {
         int a = zmtp_null_peer(port, "twin"), b = zmtp_null_peer(port, "twin");
@@ -154,7 +155,10 @@ static void test_unfinished_multipart(void **state)
                          "--state-dir", dir, NULL};
         c[i] = procs_spawn(cargv, clog);
     }
-    usleep(500000);
+    /* (the honest clients joined before the descriptors are counted: slow under sanitizers) */
+    for (int i = 0; i < 400 && !(procs_log_has(log, "client c0 joined") && procs_log_has(log, "client c1 joined")); i++)
+        usleep(50000);
+    usleep(200000);
     long bound = 2 * max_message(log) + (1L << 20);
     int fds = procs_fd_count(server); /* its descriptors with the honest clients connected */
     int fd = zmtp_null_peer(port, "mp");
