@@ -103,6 +103,18 @@ static void peer_host(int fd, char host[INET6_ADDRSTRLEN], unsigned *port)
     }
 }
 
+/* fd's peer as the log names it ("HOST port P"), or the event's address
+ * when fd is not TCP; host gets the bare address ("" when not TCP). */
+static void peer_name(int fd, const char *addr, char host[INET6_ADDRSTRLEN], char *name, size_t cap)
+{
+    unsigned port;
+    peer_host(fd, host, &port);
+    if (host[0])
+        snprintf(name, cap, "%s port %u", host, port);
+    else
+        snprintf(name, cap, "%.63s", addr);
+}
+
 /* Starts tracking an accepted connection (its slot grown into existence;
  * descriptors are below the file limit); false when its address already has
  * per_address connections that have not delivered a message (it is shut). */
@@ -131,12 +143,7 @@ static bool track(fm_conns_t *c, int fd, const char *addr, double now)
     c->owner_of[fd] = 0;
     /* the peer's address (the event names the listening endpoint) */
     char host[INET6_ADDRSTRLEN];
-    unsigned port;
-    peer_host(fd, host, &port);
-    if (host[0])
-        snprintf(k->addr, sizeof k->addr, "%s port %u", host, port);
-    else
-        snprintf(k->addr, sizeof k->addr, "%.63s", addr);
+    peer_name(fd, addr, host, k->addr, sizeof k->addr);
     if (!k->open || !host[0])
         return true;
     int b = bucket_of(host);
@@ -213,20 +220,16 @@ void fm_conns_handle(fm_conns_t *c, double now)
             /* libzmq sees the peer hang up and closes it; it counts until its
              * DISCONNECTED like any other */
             /* the event names the listening endpoint: the peer's address is asked
-             * of the descriptor before it is shut */
-            char host[INET6_ADDRSTRLEN];
-            unsigned port;
-            peer_host((int)fd, host, &port);
+             * of the descriptor before it is shut, only for the lines logged (a
+             * flood's refusals cost no system call each) */
+            if (fm_log_limit_take(&c->refused, now, REFUSALS_PER_SECOND, "refused connections")) {
+                char host[INET6_ADDRSTRLEN], name[80];
+                peer_name((int)fd, addr, host, name, sizeof name);
+                fm_warn("connection from %s refused: %d connections open, the most --max-connections allows", name,
+                        c->cap);
+            }
             shutdown((int)fd, SHUT_RDWR);
             c->open++;
-            if (fm_log_limit_take(&c->refused, now, REFUSALS_PER_SECOND, "refused connections")) {
-                if (host[0])
-                    fm_warn("connection from %s port %u refused: %d connections open, the most --max-connections "
-                            "allows", host, port, c->cap);
-                else
-                    fm_warn("connection on %s refused: %d connections open, the most --max-connections allows",
-                            addr, c->cap);
-            }
         } else if (event == ZMQ_EVENT_ACCEPTED) {
             c->open++;
             if (!track(c, (int)fd, addr, now)) {

@@ -52,6 +52,14 @@ static bool selectable(const fm_client_t *cl, int round, double now)
     return cl->connected && cl->ready && (cl->benched_until <= round || now >= cl->benched_until_s);
 }
 
+/* --clip-norm auto with no bound learned yet for group g (0 model, 1 prompt):
+ * the open round learns it from its own updates (kept until then). The one
+ * place this is decided. */
+static bool learns_bound(const fm_coordinator_t *c, int g)
+{
+    return c->spec.clip_norm == FM_CLIP_AUTO && c->clip[g] == 0.0;
+}
+
 /* Opens the next round when enough clients are ready: a deterministic choice,
  * clients in id order shuffled by (seed, round); tasks go out in id order. */
 static fm_status try_open_round(fm_coordinator_t *c, double now)
@@ -90,23 +98,22 @@ static fm_status try_open_round(fm_coordinator_t *c, double now)
                 slots[k] = order[i];
                 snprintf(ids[k++], 64, "%s", fm_registry_at(c->reg, order[i])->id);
             }
-        fm_aggregator_reset(c->agg_model);
-        fm_aggregator_reset(c->agg_prompt);
         c->bytes_up = c->bytes_down = 0;
         c->clipped = 0;
         c->sampled[0] = c->sampled[1] = 0.0;
         /* auto bounds not learned yet: this round keeps its first updates and
          * learns its bound from them (fm_coord_sample_clip), or from all of
-         * them at its end when fewer come; robust rules keep every update */
-        bool keep[2] = {c->spec.clip_norm == FM_CLIP_AUTO && c->clip[0] == 0.0,
-                        c->spec.clip_norm == FM_CLIP_AUTO && c->clip[1] == 0.0};
-        fm_aggregator_keep(c->agg_model, keep[0]);
-        fm_aggregator_keep(c->agg_prompt, keep[1]);
+         * them at its end when fewer come; robust rules keep every update
+         * (fm_aggregator_keep also forgets the last round's) */
+        fm_aggregator_t *agg[2] = {c->agg_model, c->agg_prompt};
         bool mean = c->spec.aggregate.rule == FM_AGG_MEAN;
-        int held[2] = {mean && keep[0] && want > FM_CLIP_SAMPLE ? FM_CLIP_SAMPLE : want,
-                       mean && keep[1] && want > FM_CLIP_SAMPLE ? FM_CLIP_SAMPLE : want};
-        if ((st = fm_aggregator_reserve(c->agg_model, held[0])) == FM_OK &&
-            (st = fm_aggregator_reserve(c->agg_prompt, held[1])) == FM_OK)
+        for (int g = 0; g < 2; g++) {
+            fm_aggregator_keep(agg[g], learns_bound(c, g));
+            int held = mean && learns_bound(c, g) && want > FM_CLIP_SAMPLE ? FM_CLIP_SAMPLE : want;
+            if (st == FM_OK)
+                st = fm_aggregator_reserve(agg[g], held);
+        }
+        if (st == FM_OK)
             st = fm_round_open(&c->round, slots, ids, want, now);
         for (int i = 0; st == FM_OK && i < c->round.nparts; i++)
             if (RAND_bytes(c->round.parts[i].nonce, (int)sizeof c->round.parts[i].nonce) != 1) {
@@ -224,13 +231,13 @@ static void next_clip(const fm_coordinator_t *c, double clip[2])
 
 void fm_coord_sample_clip(fm_coordinator_t *c)
 {
-    if (c->spec.clip_norm != FM_CLIP_AUTO || c->spec.aggregate.rule != FM_AGG_MEAN)
+    if (c->spec.aggregate.rule != FM_AGG_MEAN)
         return;
     fm_aggregator_t *agg[2] = {c->agg_model, c->agg_prompt};
     const float *ref[2] = {c->global, c->gprompt};
     int late = 0;
     for (int g = 0; g < 2; g++) {
-        if (c->clip[g] > 0.0 || fm_aggregator_held(agg[g]) < FM_CLIP_SAMPLE)
+        if (!learns_bound(c, g) || fm_aggregator_held(agg[g]) < FM_CLIP_SAMPLE)
             continue;
         double b = 0.0; /* (fewer than two nonzero distances: no bound this round) */
         if (fm_coord_auto_bound(c, g, &b)) {
@@ -287,9 +294,9 @@ static fm_status commit_round(fm_coordinator_t *c, double now)
     double learned[2]; /* the next round's bounds, from this round's distances (once) */
     next_clip(c, learned);
     int late[2] = {0, 0}; /* clipped now, with the bounds this round learned */
-    if (e.model && c->spec.clip_norm == FM_CLIP_AUTO && c->clip[0] == 0.0)
+    if (e.model && learns_bound(c, 0))
         late[0] = fm_aggregator_clip_rows(c->agg_model, c->global, learned[0]);
-    if (e.prompt && c->spec.clip_norm == FM_CLIP_AUTO && c->clip[1] == 0.0)
+    if (e.prompt && learns_bound(c, 1))
         late[1] = fm_aggregator_clip_rows(c->agg_prompt, c->gprompt, learned[1]);
     c->clipped += late[0] > late[1] ? late[0] : late[1];
     if (e.model && fm_aggregator_result(c->agg_model, c->global) != FM_OK)

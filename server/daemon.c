@@ -195,7 +195,7 @@ static int raise_fd_limit(const fm_server_config_t *cfg)
     int cap = cfg->max_connections ? cfg->max_connections : 2 * cfg->spec.partition_count + 64;
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
-        return cap;
+        rl.rlim_cur = rl.rlim_max = RLIM_INFINITY; /* (unknown: only --max-connections bounds it) */
     if (rl.rlim_cur < rl.rlim_max) {
         rl.rlim_cur = rl.rlim_max;
         setrlimit(RLIMIT_NOFILE, &rl);
