@@ -323,11 +323,14 @@ void fm_conns_check(fm_conns_t *c, double now, bool caught_up)
             snprintf(why, sizeof why, "no complete message %.1f s after connecting (the most is %.0f s)", quiet,
                      FIRST_MESSAGE_S);
             cut(c, k, fd, now, why);
-        } else if (caught_up && got > k->base && quiet * 1000.0 > c->silent_ms && idle <= c->silent_ms &&
+        } else if (caught_up && got > k->base && quiet * 1000.0 > c->silent_ms && idle <= c->silent_ms / 2 &&
                    (double)(got - k->base) < DRIP_BYTES_PER_S * quiet) {
-            /* (still sending: a drip; one whose last byte is older than that is
-             * silent, and said so below, even if a keepalive came after its
-             * last message) */
+            /* (still sending: a drip, its last byte within half the allowed
+             * silence; one whose last byte is older than that is on its way to
+             * being silent, and said so below, even if a keepalive or a part
+             * of a message came after its last message: a peer cut off in the
+             * middle of a message has both its quiet and its idle time near
+             * the limit at once) */
             char why[200];
             snprintf(why, sizeof why, "%llu bytes in %.1f s without a complete message (a message must arrive "
                      "within %.1f s, or at %.0f KiB/s at least)",
