@@ -17,12 +17,12 @@ pkgs=(build-essential cmake pkg-config
       fortunes fortunes-de fortunes-es fortunes-it fortunes-pl fortunes-ru fortunes-cs fortunes-br  # text: eight languages
       fortunes-eo fortunes-ga  # text: the two smallest, for the tests
       manpages manpages-de manpages-es manpages-it manpages-pl manpages-ru manpages-cs manpages-pt-br  # text: a second domain
-      python3 python3-zmq python3-protobuf protobuf-compiler  # the Python client example and its test
+      python3 python3-zmq python3-protobuf protobuf-compiler python3-numpy  # the Python clients and their test
       iptables iproute2                                       # the silent-peer test (a cut network)
       chromium chromium-driver                                # the browser view's test (headless)
       docker.io docker-compose debootstrap python3-yaml)      # docker/ and its tests (the engine: docker/engine.sh)
 case "${1:-}" in
-  --bench) pkgs+=(python3-torch python3-numpy) ;;
+  --bench) pkgs+=(python3-torch) ;;
   --ci) pkgs+=(clang libclang-rt-14-dev valgrind python3) ;;
   --docker) engine=1 ;;
   "") ;;

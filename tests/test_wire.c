@@ -368,6 +368,50 @@ static void test_zmq_router_dealer(void **state)
     zmq_ctx_term(ctx);
 }
 
+/* --gating shared: the gating's eight tensors join the shared group (drawn from
+ * the shared stream, so alike on every client, and carried by the strategy's
+ * model vector: 4 x (d x d + d) more values), the switch reaches the client
+ * through Welcome, and a strategy without a gating refuses it. */
+static void test_gating_shared(void **state)
+{
+    (void)state;
+    fm_strategy strategies[] = {FM_STRATEGY_FULL, FM_STRATEGY_PFEDMOAP};
+    for (int i = 0; i < 2; i++) {
+        fm_run_spec_t s, got;
+        size_t n[2];
+        for (int shared = 0; shared < 2; shared++) {
+            fm_run_spec_default(&s);
+            s.strategy = strategies[i];
+            s.model.gating_shared = shared;
+            assert_int_equal(fm_run_spec_finish(&s), FM_OK);
+            fm_model_t *a = NULL, *b = NULL;
+            assert_int_equal(fm_model_new(&a, &s.model, 3, fm_rng_stream(FM_STREAM_LOCAL, 0)), FM_OK);
+            assert_int_equal(fm_model_new(&b, &s.model, 3, fm_rng_stream(FM_STREAM_LOCAL, 1)), FM_OK);
+            n[shared] = fm_federated_size(a, s.strategy);
+            const fm_param_t *g = fm_params_find(fm_model_params(a), "gating.wq");
+            const fm_param_t *h = fm_params_find(fm_model_params(b), "gating.wq");
+            assert_non_null(g);
+            assert_int_equal(g->group, shared ? FM_GROUP_SHARED : FM_GROUP_LOCAL);
+            assert_int_equal(memcmp(g->view->w, h->view->w, sizeof(float) * g->size) == 0, shared);
+            assert_int_equal(fm_strategy_federates(s.strategy, g), shared);
+            fm_model_destroy(&a);
+            fm_model_destroy(&b);
+            fm_welcome_pb_t w;
+            fm_run_spec_welcome(&s, "run-x", 2, 1, &w);
+            assert_int_equal(w.model.gating_shared, shared);
+            assert_int_equal(fm_run_spec_from_welcome(&got, &w.welcome, s.model.specialists), FM_OK);
+            assert_int_equal(got.model.gating_shared, shared);
+        }
+        size_t d = (size_t)s.model.d;
+        assert_int_equal(n[1] - n[0], 4 * (d * d + d));
+    }
+    fm_run_spec_t s;
+    fm_run_spec_default(&s);
+    s.strategy = FM_STRATEGY_COMIGS;
+    s.model.gating_shared = true;
+    assert_int_equal(fm_run_spec_finish(&s), FM_ERR_ARG);
+}
+
 /* The run's training settings (and the holdout switch) reach the client through Welcome: values survive
  * the trip, the anchor is off where specialists are averaged, and out-of-range or
  * non-finite settings from the network are refused. */
@@ -426,6 +470,7 @@ int main(void)
         cmocka_unit_test(test_decode_cost_budget),
         cmocka_unit_test(test_zmq_router_dealer),
         cmocka_unit_test(test_welcome_train_spec),
+        cmocka_unit_test(test_gating_shared),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

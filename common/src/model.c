@@ -100,8 +100,8 @@ fm_status fm_model_add_param(fm_model_t *m, fm_view_t *view, fm_role role, fm_pa
     fm_param_spec_t s = {.role = role, .kind = kind, .block = block, .unit = unit, .rows = rows, .cols = cols};
     switch (role) {
     case FM_ROLE_SPECIALIST:
-    case FM_ROLE_ROUTER:
-    case FM_ROLE_GATING: s.group = FM_GROUP_LOCAL; break;
+    case FM_ROLE_ROUTER: s.group = FM_GROUP_LOCAL; break;
+    case FM_ROLE_GATING: s.group = m->cfg.gating_shared ? FM_GROUP_SHARED : FM_GROUP_LOCAL; break;
     case FM_ROLE_PROMPT: s.group = FM_GROUP_PROMPT; break;
     case FM_ROLE_GENERALIST: s.group = FM_GROUP_SHARED; break;
     default: s.group = m->cfg.shared == FM_SHARED_EXPERTS ? FM_GROUP_LOCAL : FM_GROUP_SHARED; break;

@@ -51,6 +51,21 @@ static void show_shared(const fm_options_t *o, char *buf, size_t cap)
     snprintf(buf, cap, "%s", fm_shared_name(o->spec->model.shared));
 }
 
+static fm_status set_gating(fm_options_t *o, const char *flag, const char *v)
+{
+    if (strcmp(v, "local") && strcmp(v, "shared")) {
+        fm_error_set("%s: '%s' is not local or shared", flag, v);
+        return FM_ERR_ARG;
+    }
+    o->spec->model.gating_shared = v[0] == 's';
+    return FM_OK;
+}
+
+static void show_gating(const fm_options_t *o, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", o->spec->model.gating_shared ? "shared" : "local");
+}
+
 /* --task text: the text model and, unless given, its data (the fortunes, a
  * language a client) and strategy (comigs; the prompt head is the image
  * task's). Flags given before it keep their values; flags after it override. */
@@ -99,6 +114,7 @@ static fm_status set_task(fm_options_t *o, const char *flag, const char *v)
     c->tau = keep.tau;
     c->stem = keep.stem;
     c->shared = keep.shared;
+    c->gating_shared = keep.gating_shared;
     return FM_OK;
 }
 
@@ -365,6 +381,10 @@ static const fm_option_t table[] = {
      "what comigs and full average besides the generalist experts: all\n"
      "(stem or embeddings, attention, norms) or experts (nothing: those\n"
      "stay on each client; with comigs or full only)"},
+    {"gating", 0, FM_OPT_CUSTOM, "local|shared", 0, 0, S | M, 0, 0, 0, set_gating, show_gating, NULL,
+     FM_OPT_G_MODEL, "pfedmoap and full: where the prompt gating network lives: local\n"
+     "(each client's own, as pFedMoAP) or shared (averaged with the\n"
+     "shared group: for clients with little data of one task)"},
     {"context", 0, FM_OPT_INT, "T", 1, 4096, S | C | M, SPEC, R(model.context), NULL, NULL, FM_XSTR(FM_TEXT_CONTEXT), FM_OPT_G_MODEL,
      "text: bytes of context"},
     {"generalists", 0, FM_OPT_INT, "G", 0, 64, S | C | M, SPEC, R(model.generalists), NULL, NULL, NULL,

@@ -105,6 +105,11 @@ fm_status fm_run_spec_finish(fm_run_spec_t *s)
                      s->strategy == FM_STRATEGY_LOCAL ? "averages nothing" : "averages every expert and router");
         return FM_ERR_ARG;
     }
+    if (s->model.gating_shared && !fm_strategy_uses_pool(s->strategy)) {
+        fm_error_set("--gating shared: strategy %s has no gating network (pfedmoap and full have)",
+                     fm_strategy_name(s->strategy));
+        return FM_ERR_ARG;
+    }
     if (!fm_model_config_has_head(&s->model) && fm_strategy_uses_pool(s->strategy)) {
         fm_error_set("strategy %s needs the prompt head of the image task; text runs use local, fedavg or comigs",
                      fm_strategy_name(s->strategy));
@@ -145,7 +150,7 @@ size_t fm_run_spec_json(const fm_run_spec_t *s, char *buf, size_t cap)
     char rule[64], clip[32];
     fm_agg_spec_name(&s->aggregate, rule, sizeof rule);
     fm_clip_norm_name(s->clip_norm, clip, sizeof clip);
-    char dseed[48] = ""; /* only when set: runs without one keep their old config text */
+    char dseed[48] = ""; /* only when set: runs without one keep their old config text (so gating_shared) */
     if (s->data_seed)
         snprintf(dseed, sizeof dseed, ",\"data_seed\":%llu", (unsigned long long)s->data_seed);
     int n = snprintf(
@@ -155,7 +160,7 @@ size_t fm_run_spec_json(const fm_run_spec_t *s, char *buf, size_t cap)
         "\"model\":{\"family\":\"%s\",\"context\":%d,\"untied\":%s,\"shared\":\"%s\",\"stem\":\"%s\",\"in_dim\":%d,\"classes\":%d,\"d\":%d,\"blocks\":%d,\"generalists\":%d,"
         "\"specialists\":%d,\"ffn_hidden\":%d,\"top_k\":%d,\"lb_weight\":%g,\"generalist_importance\":%g,"
         "\"prompt_len\":%d,\"prompt_dim\":%d,\"text_hidden\":%d,\"heads\":%d,\"max_nonlocal\":%d,"
-        "\"attn_scale\":%g,\"lambda\":%g,\"tau\":%g,\"gating\":%s,\"gating_on_validation\":%s},"
+        "\"attn_scale\":%g,\"lambda\":%g,\"tau\":%g,\"gating\":%s,\"gating_on_validation\":%s%s},"
         "\"train\":{\"batch\":%d,\"expert_steps\":%d,\"router_steps\":%d,\"lr\":%g,\"router_lr\":%g,"
         "\"weight_decay\":%g,\"local_epochs\":%d,\"local_steps\":%d,\"lb_in_upper\":%s,\"anchor\":%g,\"lr_schedule\":\"%s\"},"
         "\"aggregation\":{\"rule\":\"%s\",\"clip\":\"%s\"},\"eval_sample\":%d}",
@@ -164,7 +169,8 @@ size_t fm_run_spec_json(const fm_run_spec_t *s, char *buf, size_t cap)
         fm_family_name(c->family), c->context, c->untied ? "true" : "false", fm_shared_name(c->shared), fm_stem_name(c->stem), c->in_dim, c->classes, c->d, c->blocks, c->generalists,
         c->specialists, c->ffn_hidden, c->top_k, c->lb_weight, c->generalist_importance, c->prompt_len,
         c->prompt_dim, c->text_hidden, c->heads, c->max_nonlocal, c->attn_scale, c->lambda, c->tau,
-        c->gating ? "true" : "false", c->gating_on_validation ? "true" : "false", s->train.batch,
+        c->gating ? "true" : "false", c->gating_on_validation ? "true" : "false",
+        c->gating_shared ? ",\"gating_shared\":true" : "", s->train.batch,
         s->train.expert_steps, s->train.router_steps, s->train.lower.lr, s->train.upper.lr,
         s->train.lower.weight_decay, s->local_epochs, s->train.local_steps, s->train.lb_in_upper ? "true" : "false",
         s->train.anchor, fm_lr_schedule_name(s->lr_schedule), rule, clip, s->eval_sample);

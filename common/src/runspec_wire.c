@@ -33,6 +33,7 @@ static void spec_to_pb(const fm_run_spec_t *s, Fedmoe__ModelSpec *m, Fedmoe__Tra
     m->tau = c->tau;
     m->gating = c->gating;
     m->gating_on_validation = c->gating_on_validation;
+    m->gating_shared = c->gating_shared;
     m->specialists = (uint32_t)c->specialists;
     m->family = (char *)fm_family_name(c->family);
     m->context = (uint32_t)c->context;
@@ -123,6 +124,7 @@ fm_status fm_run_spec_from_welcome(fm_run_spec_t *s, const Fedmoe__Welcome *w, i
     c->lambda = m->lambda;
     c->tau = m->tau;
     c->gating_on_validation = m->gating_on_validation;
+    c->gating_shared = m->gating_shared;
     c->specialists = specialists;
     if (fm_strategy_averages_local(s->strategy) && (uint32_t)specialists != m->specialists) {
         fm_error_set("strategy %s averages specialists: the run needs %u per client, this client has %d",

@@ -87,8 +87,13 @@ def registry(spec, gating):
     return p
 
 
-def group(role, shared):
-    if role in ("specialist", "router", "gating"):
+def group(role, shared, gating_shared=False):
+    """The group of a role (docs/model.md, "Parameters"): ModelSpec.shared
+    ("experts": only the generalists are shared) and ModelSpec.gating_shared
+    (the gating joins the shared group) decide."""
+    if role == "gating":
+        return "shared" if gating_shared else "local"
+    if role in ("specialist", "router"):
         return "local"
     if role == "prompt":
         return "prompt"
@@ -114,7 +119,7 @@ def initial_state(seed, spec, strategy, local_stream):
     values = {}
     for name, rows, cols, kind, role in registry(spec, strategy in ("pfedmoap", "full")):
         n = rows * cols
-        rng = local_rng if group(role, spec.shared) == "local" else shared_rng
+        rng = local_rng if group(role, spec.shared, spec.gating_shared) == "local" else shared_rng
         if kind == "gain":
             values[name] = [1.0] * n
         elif kind == "bias":
@@ -134,7 +139,7 @@ def first_task(seed, spec, strategy):
     values = initial_state(seed, spec, strategy, stream(INIT, 1))
     model = []
     for name, rows, cols, kind, role in registry(spec, strategy in ("pfedmoap", "full")):
-        if carried(strategy, group(role, spec.shared), role):
+        if carried(strategy, group(role, spec.shared, spec.gating_shared), role):
             model += values[name]
     pack = lambda v: struct.pack("<%df" % len(v), *v)
     return pack(model), pack(values["prompt"])

@@ -67,6 +67,7 @@ typedef struct {
     float tau;             /* logit scale */
     bool gating;           /* use the attention gating when non-local prompts exist */
     bool gating_on_validation; /* train the gating in the upper level instead of the lower */
+    bool gating_shared;    /* the gating joins the shared group (averaged) instead of the local one */
 } fm_model_config_t;
 
 /* "image" or "text", and the inverse (FM_ERR_ARG with a reason naming flag). */
