@@ -11,7 +11,7 @@ fm_exchange_t fm_exchange_of(const fm_run_spec_t *s)
 {
     fm_exchange_t e = {0};
     bool head = fm_model_config_has_head(&s->model);
-    e.model = s->strategy != FM_STRATEGY_LOCAL;
+    e.model = fm_strategy_traits(s->strategy)->model;
     e.prompt = head && fm_strategy_shares_prompt(s->strategy);
     e.pool = head && fm_strategy_uses_pool(s->strategy);
     return e;

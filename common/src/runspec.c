@@ -16,21 +16,30 @@ float fm_lr_schedule_scale(fm_lr_schedule s, int round, int rounds)
     return s == FM_LR_COSINE ? fm_lr_cosine(round, rounds, FM_LR_COSINE_FLOOR) : 1.0f;
 }
 
-bool fm_strategy_shares_prompt(fm_strategy s) { return s != FM_STRATEGY_LOCAL; }
-bool fm_strategy_uses_pool(fm_strategy s) { return s == FM_STRATEGY_PFEDMOAP || s == FM_STRATEGY_FULL; }
-bool fm_strategy_averages_local(fm_strategy s) { return s == FM_STRATEGY_FEDAVG || s == FM_STRATEGY_PFEDMOAP; }
+static const fm_strategy_traits_t strategies[] = {
+    /*                       model  averages_local  shares_prompt  uses_pool */
+    [FM_STRATEGY_LOCAL] = {false, false, false, false},
+    [FM_STRATEGY_FEDAVG] = {true, true, true, false},
+    [FM_STRATEGY_COMIGS] = {true, false, true, false},
+    [FM_STRATEGY_PFEDMOAP] = {true, true, true, true},
+    [FM_STRATEGY_FULL] = {true, false, true, true},
+};
+
+const fm_strategy_traits_t *fm_strategy_traits(fm_strategy s)
+{
+    static const fm_strategy_traits_t none = {false, false, false, false};
+    return (unsigned)s < sizeof strategies / sizeof strategies[0] ? &strategies[s] : &none;
+}
+
+bool fm_strategy_shares_prompt(fm_strategy s) { return fm_strategy_traits(s)->shares_prompt; }
+bool fm_strategy_uses_pool(fm_strategy s) { return fm_strategy_traits(s)->uses_pool; }
+bool fm_strategy_averages_local(fm_strategy s) { return fm_strategy_traits(s)->averages_local; }
 
 bool fm_strategy_federates(fm_strategy s, const fm_param_t *p)
 {
-    switch (s) {
-    case FM_STRATEGY_LOCAL: return false;
-    case FM_STRATEGY_COMIGS:
-    case FM_STRATEGY_FULL: return p->group == FM_GROUP_SHARED;
-    case FM_STRATEGY_FEDAVG:
-    case FM_STRATEGY_PFEDMOAP:
-        return p->group == FM_GROUP_SHARED || (p->group == FM_GROUP_LOCAL && p->role != FM_ROLE_GATING);
-    }
-    return false;
+    const fm_strategy_traits_t *t = fm_strategy_traits(s);
+    return t->model && (p->group == FM_GROUP_SHARED ||
+                        (t->averages_local && p->group == FM_GROUP_LOCAL && p->role != FM_ROLE_GATING));
 }
 
 void fm_run_spec_default(fm_run_spec_t *s)
@@ -99,10 +108,11 @@ fm_status fm_run_spec_finish(fm_run_spec_t *s)
     fm_status st = fm_model_config_check(&s->model);
     if (st != FM_OK)
         return st;
-    if (s->model.shared == FM_SHARED_EXPERTS && s->strategy != FM_STRATEGY_COMIGS && s->strategy != FM_STRATEGY_FULL) {
+    const fm_strategy_traits_t *t = fm_strategy_traits(s->strategy);
+    if (s->model.shared == FM_SHARED_EXPERTS && (!t->model || t->averages_local)) {
         fm_error_set("--shared experts changes what comigs and full average; strategy %s %s",
                      fm_strategy_name(s->strategy),
-                     s->strategy == FM_STRATEGY_LOCAL ? "averages nothing" : "averages every expert and router");
+                     !t->model ? "averages nothing" : "averages every expert and router");
         return FM_ERR_ARG;
     }
     if (s->model.gating_shared && !fm_strategy_uses_pool(s->strategy)) {

@@ -54,13 +54,24 @@ float fm_lr_schedule_scale(fm_lr_schedule s, int round, int rounds);
  * (FM_ERR_ARG with a reason naming flag and the five names). */
 const char *fm_strategy_name(fm_strategy s);
 fm_status fm_strategy_parse(const char *flag, const char *name, fm_strategy *out);
-/* Clients upload prompts and receive the global prompt. */
+/* What a strategy is, in one row of one table (runspec.c); every question
+ * about a strategy is asked of its row. Adding a strategy is a value of
+ * fm_strategy, its name in FM_ARG_ENUM_NAMES and its row. */
+typedef struct {
+    bool model;          /* a model vector travels: the shared group (at least) is averaged */
+    bool averages_local; /* ... and the local group too but the gating (specialists and
+                            routers): every client needs the run's count of specialists */
+    bool shares_prompt;  /* clients upload prompts and receive the global prompt */
+    bool uses_pool;      /* the coordinator keeps a prompt pool and sends each client its K
+                            nearest; clients gate them (needs the image task's prompt head) */
+} fm_strategy_traits_t;
+const fm_strategy_traits_t *fm_strategy_traits(fm_strategy s);
 bool fm_strategy_shares_prompt(fm_strategy s);
-/* The coordinator keeps a prompt pool and sends the K nearest; clients gate. */
 bool fm_strategy_uses_pool(fm_strategy s);
-/* Specialists and routers are averaged, so every client needs the same count. */
 bool fm_strategy_averages_local(fm_strategy s);
-/* Whether parameter p is part of the federated vector under s. */
+/* Whether parameter p is part of the federated vector under s: the shared
+ * group where a model travels, and the local group's non-gating parameters
+ * where the strategy averages them. */
 bool fm_strategy_federates(fm_strategy s, const fm_param_t *p);
 
 typedef struct fm_run_spec {
