@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The robust-aggregation benchmark (issue 12): 10 clients on Fashion-MNIST
 # (Dirichlet 0.3, the main job's setting, R rounds), 2 of them (20%) attackers
-# (bench/attack.h: the client trains honestly, its upload lies), under each
+# (bench/attack.c: the client trains honestly, its upload lies), under each
 # aggregation rule, for fedavg and full. Prints one line per run: the honest
 # clients' test accuracy in the last round (their test examples pooled), and
 # the mean over their last 5 rounds.

@@ -20,9 +20,10 @@
 #include "link.h"
 #include "session_internal.h"
 #include "vhost.h"
-#ifdef FM_BENCH_ATTACK
-#include "attack.h" /* bench/: the robust-aggregation benchmark's attacker only */
-#endif
+
+static const fm_session_upload_hook_t *upload_hook; /* session.h: the benchmark's attacker only */
+
+void fm_session_set_upload_hook(const fm_session_upload_hook_t *h) { upload_hook = h; }
 
 #define HELLO_RETRY_S 3.0
 #define HEARTBEAT_S 1.0 /* until a Welcome says how often (Welcome.heartbeat_ms, taken within the two below) */
@@ -281,9 +282,8 @@ static fm_status upload(session_t *s, uint32_t round, const uint8_t *nonce, uint
     if (fm_exchange_of(&s->spec).model) {
         fm_federated_pack(s->model, s->spec.strategy, s->vec);
         u.model = s->vec;
-#ifdef FM_BENCH_ATTACK
-        fm_bench_attack_apply(s->vec, s->dims.nmodel, round);
-#endif
+        if (upload_hook && upload_hook->upload)
+            upload_hook->upload(s->vec, s->dims.nmodel, round);
     }
     uint8_t *buf = NULL;
     size_t len = 0;
@@ -373,10 +373,8 @@ static fm_status take_task(session_t *s, const Fedmoe__Task *t)
         }
         if (in.model)
             fm_federated_unpack(s->model, s->spec.strategy, in.model);
-#ifdef FM_BENCH_ATTACK
-        if (in.model)
-            fm_bench_attack_received(in.model, s->dims.nmodel);
-#endif
+        if (in.model && upload_hook && upload_hook->received)
+            upload_hook->received(in.model, s->dims.nmodel);
         if (in.prompt)
             memcpy(fm_model_prompt(s->model), in.prompt, sizeof(float) * s->dims.nprompt);
         st = fm_model_set_nonlocal(s->model, in.nonlocal, in.k);

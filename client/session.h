@@ -9,6 +9,8 @@
 
 #include <signal.h>
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #include "fedmoe/status.h"
 
@@ -32,5 +34,15 @@ typedef struct {
 void fm_session_config_default(fm_session_config_t *c);
 /* Runs until Shutdown or *stop (FM_OK), or a fatal error (rejected, bad data). */
 fm_status fm_session_run(const fm_session_config_t *cfg, volatile sig_atomic_t *stop);
+
+/* A hook on the model vector a client uploads: received() sees the state each
+ * Task sent, upload() may rewrite the trained vector before it is sent. Only
+ * the robust-aggregation benchmark's attacker sets one (bench/attack.c, at
+ * load time); fedmoe-client never does. NULL (the default) or h to keep. */
+typedef struct {
+    void (*received)(const float *g, size_t n);
+    void (*upload)(float *x, size_t n, uint32_t round);
+} fm_session_upload_hook_t;
+void fm_session_set_upload_hook(const fm_session_upload_hook_t *h);
 
 #endif
