@@ -200,7 +200,7 @@ static void handle(lg_t *g, lg_client_t *k, const uint8_t *data, size_t len)
         break;
     default: break;
     }
-    fedmoe__envelope__free_unpacked(env, NULL);
+    fm_wire_free(env);
 }
 
 /* Due uploads and heartbeats; returns the seconds until the next one is due. */

@@ -528,7 +528,7 @@ fm_status fm_session_run(const fm_session_config_t *cfg, volatile sig_atomic_t *
         if (!env)
             continue;
         bool done = handle_message(&s, env, &st);
-        fedmoe__envelope__free_unpacked(env, NULL);
+        fm_wire_free(env);
         if (done)
             break;
     }

@@ -85,6 +85,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         break;
     default: break;
     }
-    fedmoe__envelope__free_unpacked(env, NULL);
+    fm_wire_free(env);
     return 0;
 }

@@ -632,7 +632,7 @@ void fm_coordinator_handle(fm_coordinator_t *c, const char *id, const uint8_t *d
         break;
     default: send_error(c, id, FM_WIRE_MALFORMED, "a coordinator takes hello, update, heartbeat and error messages"); break;
     }
-    fedmoe__envelope__free_unpacked(env, NULL);
+    fm_wire_free(env);
     fm_coord_pump(c); /* (a Task taken makes room for the next) */
 }
 

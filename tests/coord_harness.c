@@ -51,7 +51,7 @@ static fm_status capture(void *user, const char *id, const fm_frame_t *f, int n)
 void clear_outbox(void)
 {
     for (int i = 0; i < nsent; i++)
-        fedmoe__envelope__free_unpacked(sent[i].env, NULL);
+        fm_wire_free(sent[i].env);
     nsent = 0;
 }
 

@@ -73,7 +73,7 @@ int peer_hello(void *sock, const char *id, double seconds)
     Fedmoe__Envelope *e = procs_recv_kind(sock, 0, seconds, NULL, NULL);
     int kind = e ? (int)e->body_case : 0;
     if (e)
-        fedmoe__envelope__free_unpacked(e, NULL);
+        fm_wire_free(e);
     return kind;
 }
 

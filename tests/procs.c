@@ -351,7 +351,7 @@ Fedmoe__Envelope *procs_recv_kind(void *sock, int kind, double seconds, uint8_t 
         if (e && (kind == 0 || (int)e->body_case == kind))
             return e;
         if (e)
-            fedmoe__envelope__free_unpacked(e, NULL);
+            fm_wire_free(e);
     }
     return NULL;
 }

@@ -68,7 +68,7 @@ static pid_t fake_coordinated_client(void *sock, const char *name, const fm_run_
     pid_t pid = procs_spawn_client(argv, log);
     Fedmoe__Envelope *e = router_expect(sock, id, FEDMOE__ENVELOPE__BODY_HELLO);
     assert_string_equal(e->hello->client_id, "c1"); /* its key's id */
-    fedmoe__envelope__free_unpacked(e, NULL);
+    fm_wire_free(e);
     Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
     fm_welcome_pb_t w;
     fm_run_spec_welcome(spec, "run-fake", 3, 1, &w);
@@ -77,7 +77,7 @@ static pid_t fake_coordinated_client(void *sock, const char *name, const fm_run_
     to_client(sock, &env);
     e = router_expect(sock, id, FEDMOE__ENVELOPE__BODY_HELLO); /* again, with its sample counts */
     assert_true(e->hello->train_samples > 0);
-    fedmoe__envelope__free_unpacked(e, NULL);
+    fm_wire_free(e);
     return pid;
 }
 
@@ -124,7 +124,7 @@ static void test_client_checks_tasks(void **state)
     e = router_expect(sock, id, FEDMOE__ENVELOPE__BODY_ERROR);
     assert_int_equal(e->error->code, FM_WIRE_MALFORMED);
     assert_non_null(strstr(e->error->text, "nonce"));
-    fedmoe__envelope__free_unpacked(e, NULL);
+    fm_wire_free(e);
     uint8_t nonce[16] = {7, 7, 7, 7, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
     task.nonce.data = nonce;
     task.nonce.len = sizeof nonce;
@@ -134,7 +134,7 @@ static void test_client_checks_tasks(void **state)
         e = router_expect(sock, id, FEDMOE__ENVELOPE__BODY_ERROR);
         assert_int_equal(e->error->code, FM_WIRE_BAD_VALUE);
         assert_non_null(strstr(e->error->text, "lr_scale"));
-        fedmoe__envelope__free_unpacked(e, NULL);
+        fm_wire_free(e);
     }
     task.lr_scale = 0.5f;
     to_client(sock, &env);
@@ -144,7 +144,7 @@ static void test_client_checks_tasks(void **state)
     assert_memory_equal(e->update->nonce.data, nonce, 16);
     assert_true(e->update->metrics->val_samples > 0);
     assert_true(e->update->metrics->val_correct <= e->update->metrics->val_samples);
-    fedmoe__envelope__free_unpacked(e, NULL);
+    fm_wire_free(e);
     Fedmoe__Shutdown sd = FEDMOE__SHUTDOWN__INIT;
     Fedmoe__Envelope stop = FEDMOE__ENVELOPE__INIT;
     stop.body_case = FEDMOE__ENVELOPE__BODY_SHUTDOWN;
@@ -170,7 +170,7 @@ static void test_client_checks_tasks(void **state)
     to_client(sock, &env);
     e = router_expect(sock, id, FEDMOE__ENVELOPE__BODY_UPDATE);
     assert_true(isfinite(e->update->metrics->train_loss) && isfinite(e->update->metrics->test_loss));
-    fedmoe__envelope__free_unpacked(e, NULL);
+    fm_wire_free(e);
     to_client(sock, &stop);
     assert_int_equal(procs_wait(pid, 30), 0);
     snprintf(cmd, sizeof cmd, "grep -c 'not a usable state file for this run' %s/fakecoord.log", dir);
@@ -209,12 +209,12 @@ static void test_client_repeats_and_restarts(void **state)
     to_client(sock, &env);
     e = router_expect(sock, id, FEDMOE__ENVELOPE__BODY_UPDATE);
     double seconds = e->update->metrics->seconds;
-    fedmoe__envelope__free_unpacked(e, NULL);
+    fm_wire_free(e);
     to_client(sock, &env);
     e = router_expect(sock, id, FEDMOE__ENVELOPE__BODY_UPDATE);
     assert_int_equal(e->update->round, 1);
     assert_true(e->update->metrics->seconds == seconds); /* the same bytes: not trained again */
-    fedmoe__envelope__free_unpacked(e, NULL);
+    fm_wire_free(e);
     assert_true(procs_log_has(log, "the same task again"));
     /* a burst of UNKNOWN_CLIENT: one Hello */
     Fedmoe__Error err = FEDMOE__ERROR__INIT;
@@ -226,7 +226,7 @@ static void test_client_repeats_and_restarts(void **state)
     for (int i = 0; i < 10; i++)
         to_client(sock, &eenv);
     e = router_expect(sock, id, FEDMOE__ENVELOPE__BODY_HELLO);
-    fedmoe__envelope__free_unpacked(e, NULL);
+    fm_wire_free(e);
     fm_welcome_pb_t w; /* welcomed back */
     fm_run_spec_welcome(&spec, "run-fake", 3, 1, &w);
     Fedmoe__Envelope wenv = FEDMOE__ENVELOPE__INIT;
@@ -244,7 +244,7 @@ static void test_client_repeats_and_restarts(void **state)
     stop.shutdown = &sd;
     to_client(sock, &stop);
     e = router_expect(sock, id, FEDMOE__ENVELOPE__BODY_HEARTBEAT); /* still beating */
-    fedmoe__envelope__free_unpacked(e, NULL);
+    fm_wire_free(e);
     usleep(500000);
     assert_int_equal(waitpid(pid, NULL, WNOHANG), 0);
     sd.resumable = false;
@@ -280,7 +280,7 @@ static void test_client_stops_mid_training(void **state)
     to_client(sock, &env);
     for (int beats = 0; beats < 2; beats++) { /* heartbeats come from inside the local step */
         e = router_expect(sock, id, FEDMOE__ENVELOPE__BODY_HEARTBEAT);
-        fedmoe__envelope__free_unpacked(e, NULL);
+        fm_wire_free(e);
     }
     double t0 = fm_clock_seconds();
     kill(pid, SIGTERM);
@@ -296,7 +296,7 @@ static void test_client_stops_mid_training(void **state)
             Fedmoe__Envelope *left = NULL;
             if (fm_wire_decode(zmq_msg_data(&m), zmq_msg_size(&m), 1u << 30, &left) == FM_OK) {
                 assert_int_not_equal(left->body_case, FEDMOE__ENVELOPE__BODY_UPDATE);
-                fedmoe__envelope__free_unpacked(left, NULL);
+                fm_wire_free(left);
             }
         }
         zmq_msg_close(&m);
@@ -329,7 +329,7 @@ static void test_client_refuses_data_paths(void **state)
     char *argv[] = {BIN("client/fedmoe-client"), "--connect", ep, "--id", "c1", NULL};
     pid_t pid = procs_spawn_client(argv, log);
     Fedmoe__Envelope *e = router_expect(sock, id, FEDMOE__ENVELOPE__BODY_HELLO);
-    fedmoe__envelope__free_unpacked(e, NULL);
+    fm_wire_free(e);
     fm_run_spec_t spec;
     fm_run_spec_default(&spec);
     snprintf(spec.dataset, sizeof spec.dataset, "csv:/dev/zero");

@@ -287,7 +287,7 @@ static Fedmoe__Envelope *expect(void *sock, Fedmoe__Envelope__BodyCase kind)
         assert_non_null(e);
         if (e->body_case == kind)
             return e;
-        fedmoe__envelope__free_unpacked(e, NULL);
+        fm_wire_free(e);
     }
     fail_msg("expected message kind %d", kind);
     return NULL;
@@ -327,7 +327,7 @@ static float *fake_round(const char *db, const int order[3], float *const vecs[3
         send_env(f[i].sock, &env);
         Fedmoe__Envelope *w = expect(f[i].sock, FEDMOE__ENVELOPE__BODY_WELCOME);
         assert_string_equal(w->welcome->strategy, "comigs");
-        fedmoe__envelope__free_unpacked(w, NULL);
+        fm_wire_free(w);
     }
     for (int i = 0; i < 3; i++) {
         Fedmoe__Envelope *t = expect(f[i].sock, FEDMOE__ENVELOPE__BODY_TASK);
@@ -338,7 +338,7 @@ static float *fake_round(const char *db, const int order[3], float *const vecs[3
         memcpy(f[i].nonce, t->task->nonce.data, 16);
         assert_int_equal(t->task->n_nonlocal_prompts, 0); /* comigs keeps no pool */
         assert_true(t->task->lr_scale == 1.0f);           /* set, also when constant */
-        fedmoe__envelope__free_unpacked(t, NULL);
+        fm_wire_free(t);
     }
     assert_int_equal(round, 1);
     *nglobal = n;
@@ -351,13 +351,13 @@ static float *fake_round(const char *db, const int order[3], float *const vecs[3
         zmq_send(f[0].sock, junk, sizeof junk, 0);
         Fedmoe__Envelope *e = expect(f[0].sock, FEDMOE__ENVELOPE__BODY_ERROR);
         assert_int_equal(e->error->code, FM_WIRE_MALFORMED);
-        fedmoe__envelope__free_unpacked(e, NULL);
+        fm_wire_free(e);
         /* (an update refused for its contents ends the client's part in the round:
          * test_coordinator covers those) */
         send_update(&f[0], 7, vecs[0], n, prompt, samples[0]); /* wrong round */
         e = expect(f[0].sock, FEDMOE__ENVELOPE__BODY_ERROR);
         assert_int_equal(e->error->code, FM_WIRE_WRONG_ROUND);
-        fedmoe__envelope__free_unpacked(e, NULL);
+        fm_wire_free(e);
     }
     for (int k = 0; k < 3; k++) {
         int i = order[k];
@@ -367,7 +367,7 @@ static float *fake_round(const char *db, const int order[3], float *const vecs[3
             send_update(&f[i], 1, vecs[i], n, prompt, samples[i]);
             Fedmoe__Envelope *e = expect(f[i].sock, FEDMOE__ENVELOPE__BODY_ERROR);
             assert_int_equal(e->error->code, FM_WIRE_DUPLICATE);
-            fedmoe__envelope__free_unpacked(e, NULL);
+            fm_wire_free(e);
         }
     }
     assert_int_equal(procs_wait(server, 60), 0);

@@ -58,7 +58,7 @@ static uint32_t join_and_stall(const char *endpoint, const char *db)
     send_env(staller, &env);
     Fedmoe__Envelope *w = recv_kind(staller, FEDMOE__ENVELOPE__BODY_WELCOME, 20000);
     assert_non_null(w);
-    fedmoe__envelope__free_unpacked(w, NULL);
+    fm_wire_free(w);
     Fedmoe__Envelope *task = NULL;
     for (int i = 0; i < 120 && !task; i++) { /* alive while it waits */
         procs_heartbeat(staller);
@@ -69,7 +69,7 @@ static uint32_t join_and_stall(const char *endpoint, const char *db)
     uint8_t nonce[16];
     assert_int_equal(task->task->nonce.len, 16);
     memcpy(nonce, task->task->nonce.data, 16);
-    fedmoe__envelope__free_unpacked(task, NULL);
+    fm_wire_free(task);
     /* stall, alive, until the round closes without it: at its deadline once the
      * quorum is in (later than the deadline on a loaded machine, where the round
      * is extended while the real clients still train) */
@@ -83,7 +83,7 @@ static uint32_t join_and_stall(const char *endpoint, const char *db)
     Fedmoe__Envelope *err = recv_kind(staller, FEDMOE__ENVELOPE__BODY_ERROR, 20000);
     assert_non_null(err);
     assert_int_equal(err->error->code, FM_WIRE_WRONG_ROUND);
-    fedmoe__envelope__free_unpacked(err, NULL);
+    fm_wire_free(err);
     free(vec);
     int linger = 0;
     zmq_setsockopt(staller, ZMQ_LINGER, &linger, sizeof linger);

@@ -263,7 +263,7 @@ static int tasks_waiting(void *sock)
         free(m);
         tasks += e && e->body_case == FEDMOE__ENVELOPE__BODY_TASK;
         if (e)
-            fedmoe__envelope__free_unpacked(e, NULL);
+            fm_wire_free(e);
     }
     return tasks;
 }
@@ -376,7 +376,7 @@ static void attack_forged_counts(const char *ep, const char *db)
     m.test_accuracy = 1.0f;
     CHECK(procs_send_update_metrics(p.sock, round, e->task->nonce.data, vec, n, prompt, 300, &m) == 0);
     free(vec);
-    fedmoe__envelope__free_unpacked(e, NULL);
+    fm_wire_free(e);
     for (double t0 = fm_clock_seconds(); procs_committed_rounds(db) < (int)round && fm_clock_seconds() - t0 < 30.0;)
         usleep(100000);
     peer_free(&p); /* (gone: the rounds it is chosen for wait the client timeout, then it sits out) */

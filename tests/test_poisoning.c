@@ -51,12 +51,12 @@ static int poison(const char *ep, pid_t server, const char *db, int rounds)
     assert_non_null(e = procs_recv_kind(sock, FEDMOE__ENVELOPE__BODY_ERROR, 20.0, NULL, NULL));
     assert_int_equal(e->error->code, FM_WIRE_REJECTED);
     assert_non_null(strstr(e->error->text, "partition"));
-    fedmoe__envelope__free_unpacked(e, NULL);
+    fm_wire_free(e);
     /* data of its own: welcomed, its weight capped at the largest partition */
     procs_hello(&env, &h, "p0", -1, 1ull << 29);
     assert_int_equal(procs_send_env(sock, &env), 0);
     assert_non_null(e = procs_recv_kind(sock, FEDMOE__ENVELOPE__BODY_WELCOME, 20.0, NULL, NULL));
-    fedmoe__envelope__free_unpacked(e, NULL);
+    fm_wire_free(e);
     int sent = 0;
     float prompt[256] = {0};
     double until = fm_clock_seconds() + 240.0;
@@ -71,7 +71,7 @@ static int poison(const char *ep, pid_t server, const char *db, int rounds)
             vec[i] = i % 2 ? 1e9f : -1e9f;
         assert_int_equal(procs_send_update(sock, e->task->round, e->task->nonce.data, vec, n, prompt, 1ull << 29), 0);
         free(vec);
-        fedmoe__envelope__free_unpacked(e, NULL);
+        fm_wire_free(e);
         sent++;
     }
     zmq_close(sock);

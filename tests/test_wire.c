@@ -53,6 +53,13 @@ static void test_round_trip(void **state)
     /* the bytes are little-endian float32: 1.0f is 00 00 80 3f */
     assert_int_equal(got->update->model[0]->data.data[3], 0x3f);
     assert_int_equal(got->update->model[0]->data.data[2], 0x80);
+    /* the decoded message is one block of the schema's charge: its tensor's
+     * bytes, its name and the Update itself lie inside it */
+    const uint8_t *block = (const uint8_t *)got, *end = block + fm_wire_decode_cost(buf, len);
+    const uint8_t *inside[] = {got->update->model[0]->data.data, (const uint8_t *)got->update->model[0]->name,
+                               (const uint8_t *)got->update};
+    for (int i = 0; i < 3; i++)
+        assert_true(inside[i] > block && inside[i] < end);
     /* wrong expectations are rejected */
     assert_int_equal(fm_wire_tensor_get(got->update->model[0], "prompt", 2, 3, y), FM_ERR_FORMAT);
     assert_int_equal(fm_wire_last_code(), FM_WIRE_BAD_TENSOR);
@@ -67,7 +74,7 @@ static void test_round_trip(void **state)
     got->update->model[0]->data.data[5] ^= 1;
     got->update->model[0]->data.len -= 4;
     assert_int_equal(fm_wire_tensor_get(got->update->model[0], "model", 2, 3, y), FM_ERR_FORMAT);
-    fedmoe__envelope__free_unpacked(got, NULL);
+    fm_wire_free(got);
     /* too large, before any decoding */
     assert_int_equal(fm_wire_decode(buf, len, len - 1, &got), FM_ERR_FORMAT);
     assert_int_equal(fm_wire_last_code(), FM_WIRE_TOO_LARGE);
@@ -80,7 +87,7 @@ static void test_round_trip(void **state)
                             fm_wire_tensor_get(got->update->model[0], "model", 2, 3, y) == FM_OK &&
                             got->update->train_samples == 1234;
             assert_false(complete);
-            fedmoe__envelope__free_unpacked(got, NULL);
+            fm_wire_free(got);
         }
     }
     free(buf);
@@ -138,7 +145,7 @@ static void test_random_bytes(void **state)
         Fedmoe__Envelope *got;
         if (fm_wire_decode(buf, len, sizeof buf, &got) == FM_OK) {
             accepted++;
-            fedmoe__envelope__free_unpacked(got, NULL);
+            fm_wire_free(got);
         }
     }
     assert_true(accepted < 20);
@@ -174,7 +181,7 @@ static void test_many_empty_tensors(void **state)
         if (k == 0) {
             assert_int_equal(fm_wire_decode(buf, len, len, &got), FM_OK);
             assert_int_equal(got->update->n_model, (size_t)n);
-            fedmoe__envelope__free_unpacked(got, NULL);
+            fm_wire_free(got);
         } else {
             assert_int_equal(fm_wire_decode(buf, len, len, &got), FM_ERR_FORMAT);
             assert_int_equal(fm_wire_last_code(), FM_WIRE_TOO_LARGE);
@@ -242,7 +249,7 @@ static void test_decode_cost_budget(void **state)
     size_t len;
     uint8_t *buf = pack(&env, &len);
     assert_int_equal(fm_wire_decode(buf, len, len, &got), FM_OK);
-    fedmoe__envelope__free_unpacked(got, NULL);
+    fm_wire_free(got);
     assert_true(decoded_bytes(buf, len) < len + 4096);
     fm_wire_tensor_clear(&t);
     free(buf);
@@ -351,7 +358,7 @@ static void test_zmq_router_dealer(void **state)
     Fedmoe__Envelope *got;
     assert_int_equal(fm_wire_decode((uint8_t *)msg, (size_t)n, 1024, &got), FM_OK);
     assert_int_equal(got->heartbeat->unix_ms, 42);
-    fedmoe__envelope__free_unpacked(got, NULL);
+    fm_wire_free(got);
     assert_int_equal(fm_wire_send_error(router, id, FM_WIRE_WRONG_ROUND, "round 3 is closed"), FM_OK);
     n = zmq_recv(dealer, msg, sizeof msg, 0);
     assert_true(n > 0);
@@ -359,7 +366,7 @@ static void test_zmq_router_dealer(void **state)
     assert_int_equal(got->body_case, FEDMOE__ENVELOPE__BODY_ERROR);
     assert_int_equal(got->error->code, FM_WIRE_WRONG_ROUND);
     assert_string_equal(got->error->text, "round 3 is closed");
-    fedmoe__envelope__free_unpacked(got, NULL);
+    fm_wire_free(got);
     int linger = 0;
     zmq_setsockopt(router, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt(dealer, ZMQ_LINGER, &linger, sizeof linger);

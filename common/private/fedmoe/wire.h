@@ -73,8 +73,11 @@ fm_status fm_wire_tensor_get(const Fedmoe__Tensor *t, const char *name, uint32_t
 fm_status fm_wire_encode(Fedmoe__Envelope *env, uint8_t **buf, size_t *len);
 /* Decodes a message of len bytes; rejects len > max_len, undecodable bytes, a
  * wrong version, a missing body. On success the caller frees *out with
- * fedmoe__envelope__free_unpacked(*out, NULL). */
+ * fm_wire_free. */
 fm_status fm_wire_decode(const uint8_t *buf, size_t len, size_t max_len, Fedmoe__Envelope **out);
+/* Frees a message fm_wire_decode made (one block: never
+ * fedmoe__envelope__free_unpacked); safe on NULL. */
+void fm_wire_free(Fedmoe__Envelope *env);
 
 /* Messages queued per peer and direction at the most (ZMQ_SNDHWM and
  * ZMQ_RCVHWM). A round is a few messages per peer, so an honest peer never
