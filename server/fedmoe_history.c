@@ -11,6 +11,7 @@
 #include "fedmoe/clock.h"
 #include "fedmoe/log.h"
 #include "fedmoe/report.h"
+#include "fedmoe/record.h"
 #include "fedmoe/store.h"
 #include "view_api.h"
 #include "view_http.h"
@@ -243,34 +244,22 @@ static int cmd_export(fm_store_t *st, bool json, bool clients, const char *arg)
         }
         if (json) {
             printf("{\"run\":");
-            fm_view_json_str(stdout, run.id);
+            fm_json_str(stdout, run.id);
             printf(",\"strategy\":");
-            fm_view_json_str(stdout, run.strategy);
+            fm_json_str(stdout, run.strategy);
             printf(",\"status\":");
-            fm_view_json_str(stdout, run.status);
+            fm_json_str(stdout, run.status);
             printf(",\"config\":%s,\"rounds\":[", run.config);
         } else {
-            printf("run,round,started_at,finished_at,selected,completed,dropped,train_loss,test_loss,test_accuracy,"
-                   "bytes_up,bytes_down,seconds,checkpoint_sha256,val_accuracy,generalist_share\n");
+            fm_record_csv_header(stdout, &fm_round_record, "run");
         }
         for (int i = 0; i < n; i++) {
-            char share[32] = ""; /* (not logged before the column existed: null / empty) */
-            if (!isnan(r[i].generalist_share))
-                snprintf(share, sizeof share, "%.6g", r[i].generalist_share);
-            if (json)
-                printf("%s{\"round\":%d,\"started_at\":\"%s\",\"finished_at\":\"%s\",\"selected\":%d,\"completed\":%d,"
-                       "\"dropped\":%d,\"train_loss\":%.6g,\"test_loss\":%.6g,\"test_accuracy\":%.6g,\"bytes_up\":%lld,"
-                       "\"bytes_down\":%lld,\"seconds\":%.6g,\"checkpoint_sha256\":\"%s\",\"val_accuracy\":%.6g,"
-                       "\"generalist_share\":%s}",
-                       i ? "," : "", r[i].round, r[i].started_at, r[i].finished_at, r[i].selected, r[i].completed,
-                       r[i].dropped, r[i].train_loss, r[i].test_loss, r[i].test_accuracy, (long long)r[i].bytes_up,
-                       (long long)r[i].bytes_down, r[i].seconds, r[i].checkpoint_sha256, r[i].val_accuracy,
-                       share[0] ? share : "null");
-            else
-                printf("%s,%d,%s,%s,%d,%d,%d,%.6g,%.6g,%.6g,%lld,%lld,%.6g,%s,%.6g,%s\n", run.id, r[i].round,
-                       r[i].started_at, r[i].finished_at, r[i].selected, r[i].completed, r[i].dropped, r[i].train_loss,
-                       r[i].test_loss, r[i].test_accuracy, (long long)r[i].bytes_up, (long long)r[i].bytes_down,
-                       r[i].seconds, r[i].checkpoint_sha256, r[i].val_accuracy, share);
+            if (json) {
+                fputs(i ? "," : "", stdout);
+                fm_record_json(stdout, &fm_round_record, &r[i], NULL);
+            } else {
+                fm_record_csv(stdout, &fm_round_record, &r[i], run.id);
+            }
         }
         if (json)
             printf("]}\n");
@@ -282,32 +271,25 @@ static int cmd_export(fm_store_t *st, bool json, bool clients, const char *arg)
             fm_store_run_clear(&run);
             return fail();
         }
+        char before[160];
+        FILE *m = fmemopen(before, sizeof before, "w");
+        if (m) { /* the run's member, ahead of each row's own */
+            fputs("\"run\":", m);
+            fm_json_str(m, run.id);
+            fclose(m);
+        } else {
+            before[0] = 0;
+        }
         if (json)
             printf("[");
         else
-            printf("run,round,client,status,train_loss,val_loss,test_loss,test_accuracy,generalist_share,"
-                   "train_samples,test_samples,test_correct,seconds,bytes_up,bytes_down,val_samples,val_correct\n");
+            fm_record_csv_header(stdout, &fm_client_round_record, "run");
         for (int i = 0; i < n; i++) {
             if (json) {
-                printf("%s{\"run\":", i ? "," : "");
-                fm_view_json_str(stdout, run.id);
-                printf(",\"round\":%d,\"client\":", c[i].round);
-                fm_view_json_str(stdout, c[i].client_id);
-                printf(",\"status\":\"%s\",\"train_loss\":%.6g,\"val_loss\":%.6g,\"test_loss\":%.6g,"
-                       "\"test_accuracy\":%.6g,\"generalist_share\":%.6g,\"train_samples\":%lld,\"test_samples\":%lld,"
-                       "\"test_correct\":%lld,\"seconds\":%.6g,\"bytes_up\":%lld,\"bytes_down\":%lld,"
-                       "\"val_samples\":%lld,\"val_correct\":%lld}",
-                       c[i].status, c[i].train_loss, c[i].val_loss, c[i].test_loss, c[i].test_accuracy,
-                       c[i].generalist_share, (long long)c[i].train_samples, (long long)c[i].test_samples,
-                       (long long)c[i].test_correct, c[i].seconds, (long long)c[i].bytes_up, (long long)c[i].bytes_down,
-                       (long long)c[i].val_samples, (long long)c[i].val_correct);
+                fputs(i ? "," : "", stdout);
+                fm_record_json(stdout, &fm_client_round_record, &c[i], before);
             } else {
-                printf("%s,%d,%s,%s,%.6g,%.6g,%.6g,%.6g,%.6g,%lld,%lld,%lld,%.6g,%lld,%lld,%lld,%lld\n", run.id,
-                       c[i].round, c[i].client_id, c[i].status, c[i].train_loss, c[i].val_loss, c[i].test_loss,
-                       c[i].test_accuracy, c[i].generalist_share, (long long)c[i].train_samples,
-                       (long long)c[i].test_samples, (long long)c[i].test_correct, c[i].seconds,
-                       (long long)c[i].bytes_up, (long long)c[i].bytes_down, (long long)c[i].val_samples,
-                       (long long)c[i].val_correct);
+                fm_record_csv(stdout, &fm_client_round_record, &c[i], run.id);
             }
         }
         if (json)

@@ -10,23 +10,10 @@
 #include <string.h>
 
 #include "fedmoe/log.h"
+#include "fedmoe/record.h"
 #include "fedmoe/report.h"
 
 /* ---- JSON ------------------------------------------------------------------------ */
-
-void fm_view_json_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(f, "\\%c", *p);
-        else if (*p < 0x20)
-            fprintf(f, "\\u%04x", *p);
-        else
-            fputc(*p, f);
-    }
-    fputc('"', f);
-}
 
 /* A number, or null when it is not finite (JSON has no NaN). */
 static void jnum(FILE *f, double v)
@@ -52,7 +39,7 @@ static void knum(FILE *f, bool *first, const char *k, double v)
 static void kstr(FILE *f, bool *first, const char *k, const char *v)
 {
     key(f, first, k);
-    fm_view_json_str(f, v);
+    fm_json_str(f, v);
 }
 
 static void run_json(FILE *f, const fm_run_row_t *r, const fm_round_row_t *last)
@@ -73,53 +60,25 @@ static void run_json(FILE *f, const fm_run_row_t *r, const fm_round_row_t *last)
     fputs(fm_run_holdout(r) ? "true" : "false", f);
     key(f, &first, "last");
     if (last)
-        fprintf(f, "{\"round\":%d,\"test_accuracy\":%.9g,\"test_loss\":%.9g,\"val_accuracy\":%.9g}", last->round,
-                last->test_accuracy, last->test_loss, last->val_accuracy);
+    {
+        fprintf(f, "{\"round\":%d,\"test_accuracy\":", last->round);
+        jnum(f, last->test_accuracy);
+        fputs(",\"test_loss\":", f);
+        jnum(f, last->test_loss);
+        fputs(",\"val_accuracy\":", f);
+        jnum(f, last->val_accuracy);
+        fputc('}', f);
+    }
     else
         fputs("null", f);
     fputc('}', f);
 }
 
-static void round_json(FILE *f, const fm_round_row_t *r)
-{
-    bool first = true;
-    fputc('{', f);
-    knum(f, &first, "round", r->round);
-    kstr(f, &first, "started_at", r->started_at);
-    kstr(f, &first, "finished_at", r->finished_at);
-    knum(f, &first, "selected", r->selected);
-    knum(f, &first, "completed", r->completed);
-    knum(f, &first, "dropped", r->dropped);
-    knum(f, &first, "train_loss", r->train_loss);
-    knum(f, &first, "test_loss", r->test_loss);
-    knum(f, &first, "test_accuracy", r->test_accuracy);
-    knum(f, &first, "val_accuracy", r->val_accuracy);
-    knum(f, &first, "generalist_share", r->generalist_share);
-    knum(f, &first, "bytes_up", (double)r->bytes_up);
-    knum(f, &first, "bytes_down", (double)r->bytes_down);
-    knum(f, &first, "seconds", r->seconds);
-    fputc('}', f);
-}
+static void round_json(FILE *f, const fm_round_row_t *r) { fm_record_json(f, &fm_round_record, r, NULL); }
 
 static void client_json(FILE *f, const fm_client_round_row_t *c)
 {
-    bool first = true;
-    fputc('{', f);
-    knum(f, &first, "round", c->round);
-    kstr(f, &first, "client", c->client_id);
-    kstr(f, &first, "status", c->status);
-    knum(f, &first, "train_loss", c->train_loss);
-    knum(f, &first, "val_loss", c->val_loss);
-    knum(f, &first, "test_loss", c->test_loss);
-    knum(f, &first, "test_accuracy", c->test_accuracy);
-    knum(f, &first, "generalist_share", c->generalist_share);
-    knum(f, &first, "train_samples", (double)c->train_samples);
-    knum(f, &first, "test_samples", (double)c->test_samples);
-    knum(f, &first, "val_samples", (double)c->val_samples);
-    knum(f, &first, "seconds", c->seconds);
-    knum(f, &first, "bytes_up", (double)c->bytes_up);
-    knum(f, &first, "bytes_down", (double)c->bytes_down);
-    fputc('}', f);
+    fm_record_json(f, &fm_client_round_record, c, NULL);
 }
 
 /* ---- answers ----------------------------------------------------------------------- */
@@ -133,7 +92,7 @@ static void error(answer_t *a, int status, const char *why)
 {
     a->status = status;
     fputs("{\"error\":", a->f);
-    fm_view_json_str(a->f, why);
+    fm_json_str(a->f, why);
     fputc('}', a->f);
 }
 
@@ -257,9 +216,9 @@ static void rounds(answer_t *a, fm_store_t *st, const fm_run_row_t *run, fm_view
     }
     int shown = page_rows(&p, n);
     fprintf(a->f, "{\"run\":");
-    fm_view_json_str(a->f, run->id);
+    fm_json_str(a->f, run->id);
     fprintf(a->f, ",\"status\":");
-    fm_view_json_str(a->f, run->status);
+    fm_json_str(a->f, run->status);
     fputs(",\"rounds\":[", a->f);
     for (int i = 0; i < shown; i++) {
         fputs(i ? "," : "", a->f);
@@ -269,45 +228,10 @@ static void rounds(answer_t *a, fm_store_t *st, const fm_run_row_t *run, fm_view
     free(r);
 }
 
-/* The client columns a round's table sorts by: name, and its value of a row
- * (a number, or text). */
+/* A round's client table sorts by any field of the client row (record.h), by
+ * its key ("client", "status", "train_loss", ...), in either order. */
 typedef struct {
-    const char *name;
-    double (*num)(const fm_client_round_row_t *c);
-    const char *(*text)(const fm_client_round_row_t *c);
-} sort_key_t;
-
-static const char *by_client(const fm_client_round_row_t *c) { return c->client_id; }
-static const char *by_status(const fm_client_round_row_t *c) { return c->status; }
-
-#define NUM(field) static double by_##field(const fm_client_round_row_t *c) { return (double)c->field; }
-NUM(train_loss)
-NUM(val_loss)
-NUM(test_loss)
-NUM(test_accuracy)
-NUM(generalist_share)
-NUM(train_samples)
-NUM(test_samples)
-NUM(seconds)
-NUM(bytes_up)
-#undef NUM
-static const sort_key_t SORT_KEYS[] = {
-    {"client", NULL, by_client},
-    {"status", NULL, by_status},
-    {"train_loss", by_train_loss, NULL},
-    {"val_loss", by_val_loss, NULL},
-    {"test_loss", by_test_loss, NULL},
-    {"test_accuracy", by_test_accuracy, NULL},
-    {"generalist_share", by_generalist_share, NULL},
-    {"train_samples", by_train_samples, NULL},
-    {"test_samples", by_test_samples, NULL},
-    {"seconds", by_seconds, NULL},
-    {"bytes_up", by_bytes_up, NULL},
-};
-#define SORT_KEY_COUNT ((int)(sizeof SORT_KEYS / sizeof SORT_KEYS[0]))
-
-typedef struct {
-    const sort_key_t *k;
+    const fm_field_t *k;
     int dir; /* 1 ascending, -1 descending */
 } sort_t;
 
@@ -316,34 +240,29 @@ static int cmp_clients(const void *pa, const void *pb, void *arg)
     const sort_t *s = arg;
     const fm_client_round_row_t *a = pa, *b = pb;
     int c;
-    if (s->k->num) {
-        double x = s->k->num(a), y = s->k->num(b);
-        c = (x > y) - (x < y);
+    if (s->k->type == FM_FIELD_TEXT) {
+        c = strcmp(fm_field_text(s->k, a), fm_field_text(s->k, b));
     } else {
-        c = strcmp(s->k->text(a), s->k->text(b));
+        double x = fm_field_num(s->k, a), y = fm_field_num(s->k, b);
+        c = (x > y) - (x < y);
     }
     return c ? s->dir * c : strcmp(a->client_id, b->client_id); /* (ties: by client, one order) */
 }
 
-/* The sort of ?sort=KEY&order=asc|desc (client, ascending by default); NULL
+/* The sort of ?sort=KEY&order=asc|desc (client, ascending by default); false
  * when either is unknown (a 400 answered). */
 static bool sort_arg(answer_t *a, fm_view_arg_fn arg, void *ctx, sort_t *s)
 {
     const char *k = arg(ctx, "sort"), *o = arg(ctx, "order");
-    s->k = &SORT_KEYS[0];
+    s->k = fm_record_field(&fm_client_round_record, k ? k : "client");
     s->dir = 1;
-    if (k) {
-        int i = 0;
-        while (i < SORT_KEY_COUNT && strcmp(SORT_KEYS[i].name, k) != 0)
-            i++;
-        if (i == SORT_KEY_COUNT) {
-            char why[320] = "sort: expected one of";
-            for (int j = 0; j < SORT_KEY_COUNT; j++) /* (the table's names, so the two cannot differ) */
-                snprintf(why + strlen(why), sizeof why - strlen(why), "%s %s", j ? "," : "", SORT_KEYS[j].name);
-            error(a, 400, why);
-            return false;
-        }
-        s->k = &SORT_KEYS[i];
+    if (!s->k) {
+        char why[400] = "sort: expected one of";
+        for (int j = 0; j < fm_client_round_record.count; j++) /* (the record's keys, so the two cannot differ) */
+            snprintf(why + strlen(why), sizeof why - strlen(why), "%s %s", j ? "," : "",
+                     fm_client_round_record.fields[j].key);
+        error(a, 400, why);
+        return false;
     }
     if (o && strcmp(o, "asc") != 0 && strcmp(o, "desc") != 0) {
         error(a, 400, "order: expected asc or desc");
@@ -381,7 +300,7 @@ static void round_clients(answer_t *a, fm_store_t *st, const fm_run_row_t *run, 
     }
     qsort_r(c, (size_t)n, sizeof *c, cmp_clients, &s);
     fprintf(a->f, "{\"run\":");
-    fm_view_json_str(a->f, run->id);
+    fm_json_str(a->f, run->id);
     fprintf(a->f, ",\"round\":%ld,\"total\":%d,\"offset\":%ld,\"clients\":[", round, n, offset);
     for (long i = offset; i < n && i < offset + limit; i++) {
         fputs(i > offset ? "," : "", a->f);
@@ -411,9 +330,9 @@ static void client_history(answer_t *a, fm_store_t *st, const fm_run_row_t *run,
     }
     int shown = page_rows(&p, n);
     fprintf(a->f, "{\"run\":");
-    fm_view_json_str(a->f, run->id);
+    fm_json_str(a->f, run->id);
     fputs(",\"client\":", a->f);
-    fm_view_json_str(a->f, client);
+    fm_json_str(a->f, client);
     fputs(",\"rounds\":[", a->f);
     for (int i = 0; i < shown; i++) {
         fputs(i ? "," : "", a->f);

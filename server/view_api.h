@@ -28,7 +28,4 @@ typedef const char *(*fm_view_arg_fn)(void *ctx, const char *name);
  * ({"error": "..."} with 400, 404 or 500). */
 void fm_view_api(fm_store_t *st, const char *path, fm_view_arg_fn arg, void *ctx, fm_view_reply_t *out);
 
-/* s as a JSON string, quoted and escaped (also fedmoe-history's export). */
-void fm_view_json_str(FILE *f, const char *s);
-
 #endif

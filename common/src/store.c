@@ -11,12 +11,17 @@
 
 #include "fedmoe/clock.h"
 #include "fedmoe/log.h"
+#include "fedmoe/record.h"
+
+/* The records with metrics (record.h): the rounds and client_rounds tables. */
+static const fm_record_t *const RECORDS[] = {&fm_round_record, &fm_client_round_record};
+enum { ROUNDS = 0, CLIENT_ROUNDS = 1, NRECORDS = 2 };
 
 struct fm_store {
     sqlite3 *db;
     char path[1024];
-    bool has_val; /* the validation columns exist (databases before them lack them) */
-    bool has_share; /* rounds.generalist_share exists (likewise) */
+    uint64_t absent[NRECORDS]; /* per record, bit i: field i's column is not in this file (a
+                                  database older than the field, opened read-only) */
 };
 
 static const char *SCHEMA =
@@ -27,19 +32,6 @@ static const char *SCHEMA =
     " run_id TEXT NOT NULL, id TEXT NOT NULL, first_seen TEXT NOT NULL, last_seen TEXT NOT NULL,"
     " specialists INTEGER, partition_index INTEGER, train_samples INTEGER, val_samples INTEGER,"
     " test_samples INTEGER, PRIMARY KEY (run_id, id));"
-    "CREATE TABLE IF NOT EXISTS rounds ("
-    " run_id TEXT NOT NULL, round INTEGER NOT NULL, started_at TEXT, finished_at TEXT,"
-    " selected INTEGER, completed INTEGER, dropped INTEGER, train_loss REAL, test_loss REAL,"
-    " test_accuracy REAL, bytes_up INTEGER, bytes_down INTEGER, seconds REAL, checkpoint_sha256 TEXT,"
-    " val_accuracy REAL, generalist_share REAL, PRIMARY KEY (run_id, round));"
-    "CREATE TABLE IF NOT EXISTS client_rounds ("
-    " run_id TEXT NOT NULL, round INTEGER NOT NULL, client_id TEXT NOT NULL, status TEXT NOT NULL,"
-    " train_loss REAL, val_loss REAL, test_loss REAL, test_accuracy REAL, generalist_share REAL,"
-    " train_samples INTEGER, test_samples INTEGER, test_correct INTEGER, seconds REAL,"
-    " bytes_up INTEGER, bytes_down INTEGER, val_samples INTEGER, val_correct INTEGER,"
-    " PRIMARY KEY (run_id, round, client_id));"
-    /* (a client's history across rounds: the browser view's drill-down) */
-    "CREATE INDEX IF NOT EXISTS client_rounds_by_client ON client_rounds (run_id, client_id, round);"
     "CREATE TABLE IF NOT EXISTS checkpoints ("
     " run_id TEXT NOT NULL, round INTEGER NOT NULL, state BLOB NOT NULL, sha256 TEXT NOT NULL,"
     " PRIMARY KEY (run_id, round));";
@@ -56,29 +48,117 @@ static bool column_exists(sqlite3 *db, const char *table, const char *column)
     return found;
 }
 
-/* Columns added after the first schema; a database made before them gets them
- * (NULL in old rows) when the coordinator opens it. */
-static const struct {
-    const char *table, *column, *type;
-} ADDED[] = {
-    {"rounds", "val_accuracy", "REAL"},
-    {"client_rounds", "val_samples", "INTEGER"},
-    {"client_rounds", "val_correct", "INTEGER"},
-    {"rounds", "generalist_share", "REAL"},
-};
+static const char *sql_type(fm_field_type t)
+{
+    return t == FM_FIELD_TEXT ? "TEXT" : t == FM_FIELD_REAL ? "REAL" : "INTEGER";
+}
 
+/* A record's table: run_id, then its fields in order; the key is run_id and
+ * the key fields. */
+static int create_table(sqlite3 *db, const fm_record_t *r, char **err)
+{
+    char sql[2048], key[256] = "run_id";
+    size_t n = (size_t)snprintf(sql, sizeof sql, "CREATE TABLE IF NOT EXISTS %s (run_id TEXT NOT NULL", r->table);
+    for (int i = 0; i < r->count && n < sizeof sql; i++) {
+        const fm_field_t *f = &r->fields[i];
+        n += (size_t)snprintf(sql + n, sizeof sql - n, ", %s %s%s", f->column, sql_type(f->type),
+                              f->flags & (FM_FIELD_KEY | FM_FIELD_NOTNULL) ? " NOT NULL" : "");
+        if (f->flags & FM_FIELD_KEY)
+            snprintf(key + strlen(key), sizeof key - strlen(key), ", %s", f->column);
+    }
+    if (n < sizeof sql)
+        snprintf(sql + n, sizeof sql - n, ", PRIMARY KEY (%s));", key);
+    return sqlite3_exec(db, sql, NULL, NULL, err);
+}
+
+/* Columns added after the first schema: a database made before them gets them
+ * (NULL in old rows) when the coordinator opens it. */
 static int migrate(sqlite3 *db, char **err)
 {
-    for (size_t i = 0; i < sizeof ADDED / sizeof ADDED[0]; i++) {
-        if (column_exists(db, ADDED[i].table, ADDED[i].column))
-            continue;
-        char sql[256];
-        snprintf(sql, sizeof sql, "ALTER TABLE %s ADD COLUMN %s %s", ADDED[i].table, ADDED[i].column, ADDED[i].type);
-        int rc = sqlite3_exec(db, sql, NULL, NULL, err);
+    for (int k = 0; k < NRECORDS; k++) {
+        const fm_record_t *r = RECORDS[k];
+        int rc = create_table(db, r, err);
+        for (int i = 0; rc == SQLITE_OK && i < r->count; i++) {
+            const fm_field_t *f = &r->fields[i];
+            if (!(f->flags & FM_FIELD_ADDED) || column_exists(db, r->table, f->column))
+                continue;
+            char sql[256];
+            snprintf(sql, sizeof sql, "ALTER TABLE %s ADD COLUMN %s %s", r->table, f->column, sql_type(f->type));
+            rc = sqlite3_exec(db, sql, NULL, NULL, err);
+        }
         if (rc != SQLITE_OK)
             return rc;
     }
-    return SQLITE_OK;
+    /* (a client's history across rounds: the browser view's drill-down) */
+    return sqlite3_exec(db, "CREATE INDEX IF NOT EXISTS client_rounds_by_client ON client_rounds (run_id, client_id, round);",
+                        NULL, NULL, err);
+}
+
+/* "c1, c2, ..." of a record's fields; for reading (s given), NULL for those
+ * absent from the file (a writer has them all: it migrated the file). */
+static void column_list(const fm_store_t *s, int k, char *buf, size_t cap)
+{
+    const fm_record_t *r = RECORDS[k];
+    size_t n = 0;
+    buf[0] = 0;
+    for (int i = 0; i < r->count && n < cap; i++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%s", i ? ", " : "",
+                              s && s->absent[k] >> i & 1 ? "NULL" : r->fields[i].column);
+}
+
+/* Reads a row of record k from a statement whose columns are column_list's:
+ * NULL reads as NaN in an added real field (not logged then), 0 elsewhere. */
+static void read_row(sqlite3_stmt *st, int k, void *row)
+{
+    const fm_record_t *r = RECORDS[k];
+    memset(row, 0, r->row_size);
+    for (int i = 0; i < r->count; i++) {
+        const fm_field_t *f = &r->fields[i];
+        char *p = (char *)row + f->offset;
+        bool null = sqlite3_column_type(st, i) == SQLITE_NULL;
+        switch (f->type) {
+        case FM_FIELD_INT: *(int *)p = sqlite3_column_int(st, i); break;
+        case FM_FIELD_INT64: *(int64_t *)p = sqlite3_column_int64(st, i); break;
+        case FM_FIELD_REAL: *(double *)p = null && (f->flags & FM_FIELD_ADDED) ? NAN : sqlite3_column_double(st, i); break;
+        case FM_FIELD_TEXT: {
+            const unsigned char *t = sqlite3_column_text(st, i);
+            snprintf(p, f->size, "%s", t ? (const char *)t : "");
+            break;
+        }
+        }
+    }
+}
+
+/* ", ?2, ?3, ..." for a record's fields. */
+static const char *insert_marks(int k)
+{
+    static _Thread_local char marks[NRECORDS][512];
+    if (!marks[k][0]) {
+        size_t n = 0;
+        for (int i = 0; i < RECORDS[k]->count && n < sizeof marks[k]; i++)
+            n += (size_t)snprintf(marks[k] + n, sizeof marks[k] - n, ", ?%d", i + 2);
+    }
+    return marks[k];
+}
+
+static void read_round(sqlite3_stmt *st, void *p) { read_row(st, ROUNDS, p); }
+static void read_client_round(sqlite3_stmt *st, void *p) { read_row(st, CLIENT_ROUNDS, p); }
+
+/* Binds run_id as ?1 and the row's fields as ?2.. */
+static void bind_row(sqlite3_stmt *st, int k, const char *run_id, const void *row)
+{
+    const fm_record_t *r = RECORDS[k];
+    sqlite3_bind_text(st, 1, run_id, -1, SQLITE_TRANSIENT);
+    for (int i = 0; i < r->count; i++) {
+        const fm_field_t *f = &r->fields[i];
+        const char *p = (const char *)row + f->offset;
+        switch (f->type) {
+        case FM_FIELD_INT: sqlite3_bind_int(st, i + 2, *(const int *)p); break;
+        case FM_FIELD_INT64: sqlite3_bind_int64(st, i + 2, *(const int64_t *)p); break;
+        case FM_FIELD_REAL: sqlite3_bind_double(st, i + 2, *(const double *)p); break;
+        case FM_FIELD_TEXT: sqlite3_bind_text(st, i + 2, p, -1, SQLITE_TRANSIENT); break;
+        }
+    }
 }
 
 static fm_status db_error(fm_store_t *s, const char *what)
@@ -137,8 +217,10 @@ fm_status fm_store_open(fm_store_t **out, const char *path, bool readonly)
         fm_store_close(&s);
         return FM_ERR_FORMAT;
     }
-    s->has_val = column_exists(s->db, "rounds", "val_accuracy") && column_exists(s->db, "client_rounds", "val_correct");
-    s->has_share = column_exists(s->db, "rounds", "generalist_share");
+    for (int k = 0; k < NRECORDS; k++)
+        for (int i = 0; i < RECORDS[k]->count; i++)
+            if (!column_exists(s->db, RECORDS[k]->table, RECORDS[k]->fields[i].column))
+                s->absent[k] |= (uint64_t)1 << i;
     *out = s;
     return FM_OK;
 }
@@ -240,57 +322,26 @@ fm_status fm_store_commit_round(fm_store_t *s, const char *run_id, const fm_roun
         return db_error(s, "begin");
     fm_status status = FM_ERR_IO;
     const char *what = "log round";
-    if (prepare(s, &st, "INSERT INTO rounds (run_id, round, started_at, finished_at, selected, completed, dropped,"
-                        " train_loss, test_loss, test_accuracy, bytes_up, bytes_down, seconds, checkpoint_sha256,"
-                        " val_accuracy, generalist_share) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)") !=
-        FM_OK)
+    char cols[1024], sql[2048];
+    column_list(NULL, ROUNDS, cols, sizeof cols);
+    snprintf(sql, sizeof sql, "INSERT INTO rounds (run_id, %s) VALUES (?1%s)", cols, insert_marks(ROUNDS));
+    if (prepare(s, &st, sql) != FM_OK)
         goto rollback;
-    sqlite3_bind_text(st, 1, run_id, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int(st, 2, r->round);
-    sqlite3_bind_text(st, 3, r->started_at, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 4, r->finished_at, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int(st, 5, r->selected);
-    sqlite3_bind_int(st, 6, r->completed);
-    sqlite3_bind_int(st, 7, r->dropped);
-    sqlite3_bind_double(st, 8, r->train_loss);
-    sqlite3_bind_double(st, 9, r->test_loss);
-    sqlite3_bind_double(st, 10, r->test_accuracy);
-    sqlite3_bind_int64(st, 11, r->bytes_up);
-    sqlite3_bind_int64(st, 12, r->bytes_down);
-    sqlite3_bind_double(st, 13, r->seconds);
-    sqlite3_bind_text(st, 14, r->checkpoint_sha256, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_double(st, 15, r->val_accuracy);
-    sqlite3_bind_double(st, 16, r->generalist_share);
+    bind_row(st, ROUNDS, run_id, r);
     if (sqlite3_step(st) != SQLITE_DONE)
         goto rollback;
     sqlite3_finalize(st);
     st = NULL;
     what = "log client rounds";
-    if (prepare(s, &st, "INSERT INTO client_rounds (run_id, round, client_id, status, train_loss, val_loss,"
-                        " test_loss, test_accuracy, generalist_share, train_samples, test_samples, test_correct,"
-                        " seconds, bytes_up, bytes_down, val_samples, val_correct)"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)") != FM_OK)
+    column_list(NULL, CLIENT_ROUNDS, cols, sizeof cols);
+    snprintf(sql, sizeof sql, "INSERT INTO client_rounds (run_id, %s) VALUES (?1%s)", cols, insert_marks(CLIENT_ROUNDS));
+    if (prepare(s, &st, sql) != FM_OK)
         goto rollback;
     for (int i = 0; i < n; i++) {
-        const fm_client_round_row_t *c = &rows[i];
+        fm_client_round_row_t c = rows[i];
+        c.round = r->round; /* (a round's client rows are logged under its number) */
         sqlite3_reset(st);
-        sqlite3_bind_text(st, 1, run_id, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_int(st, 2, r->round);
-        sqlite3_bind_text(st, 3, c->client_id, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_text(st, 4, c->status, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_double(st, 5, c->train_loss);
-        sqlite3_bind_double(st, 6, c->val_loss);
-        sqlite3_bind_double(st, 7, c->test_loss);
-        sqlite3_bind_double(st, 8, c->test_accuracy);
-        sqlite3_bind_double(st, 9, c->generalist_share);
-        sqlite3_bind_int64(st, 10, c->train_samples);
-        sqlite3_bind_int64(st, 11, c->test_samples);
-        sqlite3_bind_int64(st, 12, c->test_correct);
-        sqlite3_bind_double(st, 13, c->seconds);
-        sqlite3_bind_int64(st, 14, c->bytes_up);
-        sqlite3_bind_int64(st, 15, c->bytes_down);
-        sqlite3_bind_int64(st, 16, c->val_samples);
-        sqlite3_bind_int64(st, 17, c->val_correct);
+        bind_row(st, CLIENT_ROUNDS, run_id, &c);
         if (sqlite3_step(st) != SQLITE_DONE)
             goto rollback;
     }
@@ -430,27 +481,6 @@ fm_status fm_store_list_runs(fm_store_t *s, fm_run_row_t **rows, int *n)
     return read_all(s, st, (void **)rows, n, sizeof **rows, read_run_v);
 }
 
-static void read_round(sqlite3_stmt *st, void *p)
-{
-    fm_round_row_t *r = p;
-    memset(r, 0, sizeof *r);
-    r->round = sqlite3_column_int(st, 0);
-    copy_text(r->started_at, sizeof r->started_at, st, 1);
-    copy_text(r->finished_at, sizeof r->finished_at, st, 2);
-    r->selected = sqlite3_column_int(st, 3);
-    r->completed = sqlite3_column_int(st, 4);
-    r->dropped = sqlite3_column_int(st, 5);
-    r->train_loss = sqlite3_column_double(st, 6);
-    r->test_loss = sqlite3_column_double(st, 7);
-    r->test_accuracy = sqlite3_column_double(st, 8);
-    r->bytes_up = sqlite3_column_int64(st, 9);
-    r->bytes_down = sqlite3_column_int64(st, 10);
-    r->seconds = sqlite3_column_double(st, 11);
-    copy_text(r->checkpoint_sha256, sizeof r->checkpoint_sha256, st, 12);
-    r->val_accuracy = sqlite3_column_double(st, 13);
-    r->generalist_share = sqlite3_column_type(st, 14) == SQLITE_NULL ? NAN : sqlite3_column_double(st, 14);
-}
-
 fm_status fm_store_list_rounds(fm_store_t *s, const char *run_id, fm_round_row_t **rows, int *n)
 {
     return fm_store_list_rounds_since(s, run_id, 0, -1, rows, n);
@@ -460,12 +490,10 @@ fm_status fm_store_list_rounds_since(fm_store_t *s, const char *run_id, int sinc
                                      int *n)
 {
     sqlite3_stmt *st;
-    char sql[512];
-    snprintf(sql, sizeof sql,
-             "SELECT round, started_at, finished_at, selected, completed, dropped, train_loss, test_loss,"
-             " test_accuracy, bytes_up, bytes_down, seconds, checkpoint_sha256, %s, %s FROM rounds WHERE run_id = ?"
-             " AND round > ? ORDER BY round LIMIT ?",
-             s->has_val ? "val_accuracy" : "NULL", s->has_share ? "generalist_share" : "NULL");
+    char sql[1280];
+    char cols[1024];
+    column_list(s, ROUNDS, cols, sizeof cols);
+    snprintf(sql, sizeof sql, "SELECT %s FROM rounds WHERE run_id = ? AND round > ? ORDER BY round LIMIT ?", cols);
     if (prepare(s, &st, sql) != FM_OK)
         return FM_ERR_IO;
     sqlite3_bind_text(st, 1, run_id, -1, SQLITE_TRANSIENT);
@@ -474,44 +502,20 @@ fm_status fm_store_list_rounds_since(fm_store_t *s, const char *run_id, int sinc
     return read_all(s, st, (void **)rows, n, sizeof **rows, read_round);
 }
 
-static void read_client_round(sqlite3_stmt *st, void *p)
-{
-    fm_client_round_row_t *c = p;
-    memset(c, 0, sizeof *c);
-    c->round = sqlite3_column_int(st, 0);
-    copy_text(c->client_id, sizeof c->client_id, st, 1);
-    copy_text(c->status, sizeof c->status, st, 2);
-    c->train_loss = sqlite3_column_double(st, 3);
-    c->val_loss = sqlite3_column_double(st, 4);
-    c->test_loss = sqlite3_column_double(st, 5);
-    c->test_accuracy = sqlite3_column_double(st, 6);
-    c->generalist_share = sqlite3_column_double(st, 7);
-    c->train_samples = sqlite3_column_int64(st, 8);
-    c->test_samples = sqlite3_column_int64(st, 9);
-    c->test_correct = sqlite3_column_int64(st, 10);
-    c->seconds = sqlite3_column_double(st, 11);
-    c->bytes_up = sqlite3_column_int64(st, 12);
-    c->bytes_down = sqlite3_column_int64(st, 13);
-    c->val_samples = sqlite3_column_int64(st, 14);
-    c->val_correct = sqlite3_column_int64(st, 15);
-}
-
 /* Client rows of run_id: of round `round` (< 0: every round), of client `client`
  * only (NULL: every client) from round since + 1 on, at most limit (< 0: all). */
 static fm_status client_rounds(fm_store_t *s, const char *run_id, int round, const char *client, int since, int limit,
                                fm_client_round_row_t **rows, int *n)
 {
     sqlite3_stmt *st;
-    char sql[640];
+    char sql[1280];
     /* (the conditions written only when they apply: an OR of "no round" and
      * "this round", or a range beside the round, kept SQLite from the
      * primary key: a scan of the run's log) */
-    snprintf(sql, sizeof sql,
-             "SELECT round, client_id, status, train_loss, val_loss, test_loss, test_accuracy, generalist_share,"
-             " train_samples, test_samples, test_correct, seconds, bytes_up, bytes_down, %s FROM client_rounds"
-             " WHERE run_id = ?1%s%s ORDER BY round, client_id LIMIT ?5",
-             s->has_val ? "val_samples, val_correct" : "NULL, NULL", round >= 0 ? " AND round = ?2" : " AND round > ?4",
-             client ? " AND client_id = ?3" : "");
+    char cols[1024];
+    column_list(s, CLIENT_ROUNDS, cols, sizeof cols);
+    snprintf(sql, sizeof sql, "SELECT %s FROM client_rounds WHERE run_id = ?1%s%s ORDER BY round, client_id LIMIT ?5",
+             cols, round >= 0 ? " AND round = ?2" : " AND round > ?4", client ? " AND client_id = ?3" : "");
     if (prepare(s, &st, sql) != FM_OK)
         return FM_ERR_IO;
     sqlite3_bind_text(st, 1, run_id, -1, SQLITE_TRANSIENT);

@@ -34,28 +34,65 @@ typedef struct {
 /* Frees what the row owns (config) and zeroes it; the row itself is the caller's. */
 void fm_store_run_clear(fm_run_row_t *r);
 
+/* The round log's two records with metrics, each written once: a list of its
+ * fields, X(name, type, capacity, key, flags), from which come the struct, the
+ * table's columns, the insert, the reads, the JSON and CSV of fedmoe-history
+ * export and of the browser view's API (record.h). type: INT (int), INT64
+ * (int64_t), REAL (double), TEXT (char[capacity]); key: the name in JSON and
+ * CSV; flags: FM_FIELD_KEY (part of the row's key: NOT NULL), FM_FIELD_NOTNULL,
+ * FM_FIELD_ADDED (added after the first schema: older databases get the column
+ * when a coordinator opens them; NULL reads as NaN or 0). Adding a metric is
+ * one line here and its computation. */
+#define FM_ROUND_FIELDS(X) \
+    X(round, INT, 0, "round", FM_FIELD_KEY) \
+    X(started_at, TEXT, 32, "started_at", 0) \
+    X(finished_at, TEXT, 32, "finished_at", 0) \
+    X(selected, INT, 0, "selected", 0) \
+    X(completed, INT, 0, "completed", 0) \
+    X(dropped, INT, 0, "dropped", 0) \
+    X(train_loss, REAL, 0, "train_loss", 0)   /* nats */ \
+    X(test_loss, REAL, 0, "test_loss", 0) \
+    X(test_accuracy, REAL, 0, "test_accuracy", 0) \
+    X(bytes_up, INT64, 0, "bytes_up", 0) \
+    X(bytes_down, INT64, 0, "bytes_down", 0) \
+    X(seconds, REAL, 0, "seconds", 0) \
+    X(checkpoint_sha256, TEXT, 65, "checkpoint_sha256", 0) \
+    X(val_accuracy, REAL, 0, "val_accuracy", FM_FIELD_ADDED) /* total correct / total validation examples */ \
+    X(generalist_share, REAL, 0, "generalist_share", FM_FIELD_ADDED) /* weighted by test examples */
+
+#define FM_CLIENT_ROUND_FIELDS(X) \
+    X(round, INT, 0, "round", FM_FIELD_KEY) \
+    X(client_id, TEXT, 64, "client", FM_FIELD_KEY) \
+    X(status, TEXT, 16, "status", FM_FIELD_NOTNULL) /* completed, rejected, dropped, awaited */ \
+    X(train_loss, REAL, 0, "train_loss", 0) \
+    X(val_loss, REAL, 0, "val_loss", 0) \
+    X(test_loss, REAL, 0, "test_loss", 0) \
+    X(test_accuracy, REAL, 0, "test_accuracy", 0) \
+    X(generalist_share, REAL, 0, "generalist_share", 0) \
+    X(train_samples, INT64, 0, "train_samples", 0) \
+    X(test_samples, INT64, 0, "test_samples", 0) \
+    X(test_correct, INT64, 0, "test_correct", 0) \
+    X(seconds, REAL, 0, "seconds", 0) \
+    X(bytes_up, INT64, 0, "bytes_up", 0) \
+    X(bytes_down, INT64, 0, "bytes_down", 0) \
+    X(val_samples, INT64, 0, "val_samples", FM_FIELD_ADDED) \
+    X(val_correct, INT64, 0, "val_correct", FM_FIELD_ADDED)
+
+#define FM_FIELD_KEY 1u
+#define FM_FIELD_ADDED 2u
+#define FM_FIELD_NOTNULL 4u
+#define FM_FIELD_DECL_INT(name, cap) int name;
+#define FM_FIELD_DECL_INT64(name, cap) int64_t name;
+#define FM_FIELD_DECL_REAL(name, cap) double name;
+#define FM_FIELD_DECL_TEXT(name, cap) char name[cap];
+#define FM_FIELD_DECL(name, type, cap, key, flags) FM_FIELD_DECL_##type(name, cap)
+
 typedef struct {
-    int round;
-    char started_at[32], finished_at[32];
-    int selected, completed, dropped;
-    double train_loss, test_loss, test_accuracy;
-    double val_accuracy;    /* total correct / total validation examples */
-    double generalist_share; /* the completed clients' routing share to generalists,
-                              * weighted by their test examples (NaN: not logged) */
-    int64_t bytes_up, bytes_down;
-    double seconds;
-    char checkpoint_sha256[65];
+    FM_ROUND_FIELDS(FM_FIELD_DECL)
 } fm_round_row_t;
 
 typedef struct {
-    int round;
-    char client_id[64];
-    char status[16];        /* completed, dropped, rejected */
-    double train_loss, val_loss, test_loss, test_accuracy, generalist_share;
-    int64_t train_samples, test_samples, test_correct;
-    int64_t val_samples, val_correct;
-    double seconds;
-    int64_t bytes_up, bytes_down;
+    FM_CLIENT_ROUND_FIELDS(FM_FIELD_DECL)
 } fm_client_round_row_t;
 
 typedef struct {
