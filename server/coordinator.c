@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "fedmoe/clock.h"
-#include "fedmoe/knn.h"
 #include "fedmoe/log.h"
 #include "fedmoe/runspec_wire.h"
 
@@ -39,201 +38,6 @@ void fm_server_config_default(fm_server_config_t *c)
     memset(c, 0, sizeof *c);
     fm_options_default(&o, FM_PROG_SERVER, &c->spec);
     fm_server_config_from_options(&o, c);
-}
-
-/* ---- sending ---------------------------------------------------------------- */
-
-int64_t fm_coord_emit(fm_coordinator_t *c, const char *id, Fedmoe__Envelope *env)
-{
-    uint8_t *buf;
-    size_t len;
-    if (fm_wire_encode(env, &buf, &len) != FM_OK)
-        return 0;
-    fm_frame_t f = {buf, len, NULL};
-    c->send(c->send_user, id, &f, 1);
-    free(buf);
-    return (int64_t)len;
-}
-
-/* Refusals logged per second at the most: a peer sending junk as fast as it can
- * must not flood the log (the rest are counted and the count logged). */
-#define WARNINGS_PER_SECOND 20
-
-static void send_error(fm_coordinator_t *c, const char *id, fm_wire_code code, const char *text)
-{
-    if (!fm_budget_take(c->budget, id, FM_BUDGET_REPLY, c->now))
-        return; /* (counted; budget.h logs the sum) */
-    if (fm_budget_take(c->budget, id, FM_BUDGET_REFUSAL, c->now) &&
-        fm_log_limit_take(&c->refusals, c->now, WARNINGS_PER_SECOND, "refusals"))
-        fm_warn("client %s: %s", id, text);
-    uint8_t *buf;
-    size_t len;
-    if (fm_wire_encode_error(code, text, &buf, &len) == FM_OK) {
-        fm_frame_t f = {buf, len, NULL};
-        c->send(c->send_user, id, &f, 1);
-        free(buf);
-    }
-}
-
-uint32_t fm_coord_heartbeat_ms(double client_timeout)
-{
-    double ms = client_timeout * 1000.0 / 4.0;
-    return (uint32_t)(ms < 1000.0 ? 1000.0 : ms > 5000.0 ? 5000.0 : ms);
-}
-
-/* ---- tasks ------------------------------------------------------------------ */
-
-/* p's index in the round (its place in the windows). */
-static int part_index(const fm_coordinator_t *c, const fm_participant_t *p) { return (int)(p - c->round.parts); }
-
-
-/* The K nearest pool prompts of every participant (pool strategies), in one
- * batched search at the round's opening (the pool changes only at commits):
- * into c->nearest (K a participant, as registry slots: a client joining while
- * Tasks wait in the fan-out window moves the id order, never a slot) and
- * c->nearest_found. */
-static fm_status nearest_prompts(fm_coordinator_t *c)
-{
-    free(c->nearest);
-    free(c->nearest_found);
-    c->nearest = NULL;
-    c->nearest_found = NULL;
-    int n = fm_registry_count(c->reg), m = c->round.nparts, k = c->spec.model.max_nonlocal;
-    if (!fm_exchange_of(&c->spec).pool || k <= 0)
-        return FM_OK;
-    const int *order = fm_registry_sorted(c->reg);
-    const float **entries = malloc(sizeof(float *) * (size_t)(n ? n : 1));
-    int *pos = malloc(sizeof(int) * (size_t)(n ? n : 1)), *selves = malloc(sizeof(int) * (size_t)m);
-    c->nearest = malloc(sizeof(int) * (size_t)m * (size_t)k);
-    c->nearest_found = malloc(sizeof(int) * (size_t)m);
-    fm_status st = entries && pos && selves && c->nearest && c->nearest_found ? FM_OK : FM_ERR_NOMEM;
-    for (int i = 0; st == FM_OK && i < n; i++) {
-        entries[i] = fm_registry_at(c->reg, order[i])->prompt;
-        pos[order[i]] = i;
-    }
-    for (int q = 0; st == FM_OK && q < m; q++)
-        selves[q] = pos[c->round.parts[q].slot];
-    if (st == FM_OK)
-        st = fm_knn_batch(entries, n, c->dims.nprompt, selves, m, k, c->nearest, c->nearest_found);
-    for (int q = 0; st == FM_OK && q < m; q++)
-        for (int j = 0; j < c->nearest_found[q]; j++)
-            c->nearest[(size_t)q * k + j] = order[c->nearest[(size_t)q * k + j]];
-    free(entries);
-    free(pos);
-    free(selves);
-    if (st != FM_OK)
-        fm_error_set("out of memory choosing the nearest prompts");
-    return st;
-}
-
-static fm_task_t round_task(const fm_coordinator_t *c)
-{
-    return (fm_task_t){.round = (uint32_t)c->round.number,
-                       .lr_scale = fm_lr_schedule_scale(c->spec.lr_schedule, c->round.number, c->cfg.rounds),
-                       .eval_sample = fm_run_eval_sample(&c->spec, c->round.number, c->cfg.rounds),
-                       .model = c->global,
-                       .prompt = c->gprompt};
-}
-
-/* The Task of participant p: the round's shared part (the global state, encoded
- * once), then p's K nearest pool prompts and nonce. */
-static void send_task(fm_coordinator_t *c, fm_participant_t *p)
-{
-    fm_client_t *cl = fm_registry_at(c->reg, p->slot);
-    const float *nl[64];
-    fm_task_t t = round_task(c);
-    int q = part_index(c, p), k = c->spec.model.max_nonlocal;
-    t.nonlocal = nl;
-    t.k = c->nearest ? (c->nearest_found[q] < 64 ? c->nearest_found[q] : 64) : 0;
-    for (int j = 0; j < t.k && j < 64; j++)
-        nl[j] = fm_registry_at(c->reg, c->nearest[(size_t)q * k + j])->prompt;
-    memcpy(t.nonce, p->nonce, FM_NONCE_BYTES);
-    uint8_t *own;
-    size_t len, head;
-    if (fm_exchange_encode_task_own(&c->spec, &c->dims, &t, fm_blob_len(c->task_shared), &own, &len, &head) !=
-        FM_OK) {
-        fm_errorf("round %d: cannot build the task for %s: %s", c->round.number, cl->id, fm_error_last());
-        return;
-    }
-    fm_frame_t f[3];
-    fm_exchange_task_frames(own, len, head, c->task_shared, f);
-    p->task_sent_at = c->now;
-    if (c->send(c->send_user, cl->id, f, 3) == FM_OK) {
-        int64_t bytes = (int64_t)fm_frames_len(f, 3);
-        p->row.bytes_down += bytes;
-        c->bytes_down += bytes;
-    } else {
-        fm_warn("round %d: task to %s not sent: %s", c->round.number, cl->id, fm_error_last());
-    }
-    free(own);
-}
-
-fm_status fm_coord_start_tasks(fm_coordinator_t *c)
-{
-    fm_coord_end_tasks(c);
-    fm_task_t t = round_task(c);
-    fm_status st = nearest_prompts(c);
-    if (st == FM_OK)
-        st = fm_exchange_encode_task_shared(&c->spec, &c->dims, &t, &c->task_shared);
-    size_t own = 64 + (size_t)c->dims.max_nonlocal * (c->dims.nprompt * 4 + 96);
-    if (st == FM_OK)
-        st = fm_fanout_reset(&c->fanout, c->round.nparts, fm_blob_len(c->task_shared) + own);
-    if (st == FM_OK) /* (an Update is about the size of the shared part) */
-        st = fm_fanout_reset(&c->grants, c->round.nparts, fm_blob_len(c->task_shared) + own);
-    for (int i = 0; st == FM_OK && i < c->round.nparts; i++)
-        fm_fanout_push(&c->fanout, i);
-    fm_coord_pump(c);
-    return st;
-}
-
-void fm_coord_end_tasks(fm_coordinator_t *c)
-{
-    fm_blob_unref(c->task_shared);
-    c->task_shared = NULL;
-    fm_fanout_free(&c->fanout);
-    fm_fanout_free(&c->grants);
-    free(c->nearest);
-    free(c->nearest_found);
-    c->nearest = c->nearest_found = NULL;
-}
-
-void fm_coord_queue_task(fm_coordinator_t *c, fm_participant_t *p) { fm_fanout_push(&c->fanout, part_index(c, p)); }
-
-void fm_coord_task_taken(fm_coordinator_t *c, fm_participant_t *p) { fm_fanout_done(&c->fanout, part_index(c, p)); }
-
-void fm_coord_part_done(fm_coordinator_t *c, fm_participant_t *p)
-{
-    fm_coord_task_taken(c, p);
-    fm_fanout_done(&c->grants, part_index(c, p));
-}
-
-static void send_grant(fm_coordinator_t *c, fm_participant_t *p)
-{
-    Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
-    Fedmoe__Grant g = FEDMOE__GRANT__INIT;
-    g.round = (uint32_t)c->round.number;
-    env.body_case = FEDMOE__ENVELOPE__BODY_GRANT;
-    env.grant = &g;
-    fm_coord_emit(c, fm_registry_at(c->reg, p->slot)->id, &env);
-}
-
-/* Sends what window w lets through to awaited participants (one that left the
- * round gives its place back). */
-static void pump(fm_coordinator_t *c, fm_fanout_t *w, void (*send)(fm_coordinator_t *, fm_participant_t *))
-{
-    int i;
-    while (c->round.state == FM_ROUND_OPEN && c->task_shared && (i = fm_fanout_next(w, c->now)) >= 0) {
-        if (c->round.parts[i].state == FM_PART_AWAITED)
-            send(c, &c->round.parts[i]);
-        else
-            fm_fanout_done(w, i);
-    }
-}
-
-void fm_coord_pump(fm_coordinator_t *c)
-{
-    pump(c, &c->fanout, send_task);
-    pump(c, &c->grants, send_grant);
 }
 
 /* ---- hello ------------------------------------------------------------------ */
@@ -344,25 +148,25 @@ static void handle_hello(fm_coordinator_t *c, const char *id, const Fedmoe__Hell
     char why[256];
     if (strcmp(h->client_id, id) != 0) {
         snprintf(why, sizeof why, "hello names client '%.63s' but the socket identity is '%s'", h->client_id, id);
-        send_error(c, id, FM_WIRE_REJECTED, why);
+        fm_coord_send_error(c, id, FM_WIRE_REJECTED, why);
         return;
     }
     if (h->specialists > 63 || (fm_strategy_averages_local(c->spec.strategy) &&
                                 (int)h->specialists != c->spec.model.specialists)) {
         snprintf(why, sizeof why, "%u specialists; strategy %s needs %d on every client", h->specialists,
                  fm_strategy_name(c->spec.strategy), c->spec.model.specialists);
-        send_error(c, id, FM_WIRE_REJECTED, why);
+        fm_coord_send_error(c, id, FM_WIRE_REJECTED, why);
         return;
     }
     int slot = fm_registry_find(c->reg, id);
     int part = lease_partition(c, slot, h, why, sizeof why);
     int64_t weight = part < 0 ? -1 : hello_weight(c, h, part, why, sizeof why);
     if (weight < 0) {
-        send_error(c, id, FM_WIRE_REJECTED, why);
+        fm_coord_send_error(c, id, FM_WIRE_REJECTED, why);
         return;
     }
     if (slot < 0 && (slot = fm_registry_add(c->reg, id)) < 0) {
-        send_error(c, id, FM_WIRE_REJECTED, "coordinator out of memory");
+        fm_coord_send_error(c, id, FM_WIRE_REJECTED, "coordinator out of memory");
         return;
     }
     fm_client_t *cl = fm_registry_at(c->reg, slot);
@@ -383,7 +187,7 @@ static void handle_hello(fm_coordinator_t *c, const char *id, const Fedmoe__Hell
      * first counts, after a Hello without data, are not a change */
     bool moved = cl->greeted && (cl->partition != part || (cl->train_samples > 0 && changed));
     if (moved && !fm_budget_take(c->budget, id, FM_BUDGET_CHANGE, now)) {
-        send_error(c, id, FM_WIRE_REJECTED, "this client changed its partition or counts twice in the last "
+        fm_coord_send_error(c, id, FM_WIRE_REJECTED, "this client changed its partition or counts twice in the last "
                                              "minute: say hello with the ones it had, or wait");
         return;
     }
@@ -435,26 +239,26 @@ static fm_participant_t *update_target(fm_coordinator_t *c, const char *id, int 
     if (!open || round != (uint32_t)c->round.number) {
         snprintf(why, sizeof why, "update for round %u, but %s", round,
                  open ? "another round is open" : "no round is open");
-        send_error(c, id, FM_WIRE_WRONG_ROUND, why);
+        fm_coord_send_error(c, id, FM_WIRE_WRONG_ROUND, why);
         return NULL;
     }
     fm_participant_t *p = fm_round_find(&c->round, slot);
     if (!p) {
         snprintf(why, sizeof why, "update for round %u, but this client was not selected", round);
-        send_error(c, id, FM_WIRE_WRONG_ROUND, why);
+        fm_coord_send_error(c, id, FM_WIRE_WRONG_ROUND, why);
     } else if (p->state == FM_PART_COMPLETED) {
         snprintf(why, sizeof why, "a second update for round %u", round);
-        send_error(c, id, FM_WIRE_DUPLICATE, why);
+        fm_coord_send_error(c, id, FM_WIRE_DUPLICATE, why);
         p = NULL;
     } else if (p->state != FM_PART_AWAITED) {
         snprintf(why, sizeof why, "update for round %u, but this client's part in it has ended (%s)", round,
                  fm_part_state_name(p->state));
-        send_error(c, id, FM_WIRE_WRONG_ROUND, why);
+        fm_coord_send_error(c, id, FM_WIRE_WRONG_ROUND, why);
         p = NULL;
     } else if (u->nonce.len != FM_NONCE_BYTES || memcmp(u->nonce.data, p->nonce, FM_NONCE_BYTES) != 0) {
         /* a replay of another round's update, or one relabelled with this round's number */
         snprintf(why, sizeof why, "update for round %u does not carry the nonce of this round's task", round);
-        send_error(c, id, FM_WIRE_WRONG_ROUND, why);
+        fm_coord_send_error(c, id, FM_WIRE_WRONG_ROUND, why);
         p = NULL;
     }
     return p;
@@ -522,7 +326,7 @@ static void handle_update(fm_coordinator_t *c, const char *id, int slot, const F
         free(prompt);
         fm_round_refuse(&c->round, p);
         snprintf(p->row.status, sizeof p->row.status, "%s", fm_part_state_name(p->state));
-        send_error(c, id, code, why);
+        fm_coord_send_error(c, id, code, why);
         return;
     }
     /* bound the update's distance from the state it was sent (--clip-norm;
@@ -573,7 +377,7 @@ static void check_progress(fm_coordinator_t *c, int slot, const Fedmoe__Heartbea
         return;
     if (hb->task_round >= r)
         fm_coord_task_taken(c, p);
-    int q = part_index(c, p);
+    int q = fm_coord_part_index(c, p);
     double granted = fm_fanout_sent_at(&c->grants, q);
     if (hb->ready_round == r && (granted < 0 || c->now - granted > GRANT_LOST_S))
         fm_fanout_push(&c->grants, q); /* (again: a grant that has not brought the Update in a while was lost) */
@@ -593,7 +397,7 @@ void fm_coordinator_handle(fm_coordinator_t *c, const char *id, const uint8_t *d
     Fedmoe__Envelope *env = NULL;
     fm_coord_set_now(c, now);
     if (fm_wire_decode(data, len, c->max_message, &env) != FM_OK) {
-        send_error(c, id, fm_wire_last_code(), fm_error_last());
+        fm_coord_send_error(c, id, fm_wire_last_code(), fm_error_last());
         return;
     }
     int slot = fm_registry_find(c->reg, id);
@@ -613,13 +417,13 @@ void fm_coordinator_handle(fm_coordinator_t *c, const char *id, const uint8_t *d
     case FEDMOE__ENVELOPE__BODY_HELLO: handle_hello(c, id, env->hello, now); break;
     case FEDMOE__ENVELOPE__BODY_UPDATE:
         if (!known)
-            send_error(c, id, FM_WIRE_UNKNOWN_CLIENT, "update before hello");
+            fm_coord_send_error(c, id, FM_WIRE_UNKNOWN_CLIENT, "update before hello");
         else
             handle_update(c, id, slot, env->update, len);
         break;
     case FEDMOE__ENVELOPE__BODY_HEARTBEAT:
         if (!known)
-            send_error(c, id, FM_WIRE_UNKNOWN_CLIENT, "heartbeat before hello");
+            fm_coord_send_error(c, id, FM_WIRE_UNKNOWN_CLIENT, "heartbeat before hello");
         else
             check_progress(c, slot, env->heartbeat);
         break;
@@ -630,7 +434,7 @@ void fm_coordinator_handle(fm_coordinator_t *c, const char *id, const uint8_t *d
         if (known)
             participant_failed(c, slot);
         break;
-    default: send_error(c, id, FM_WIRE_MALFORMED, "a coordinator takes hello, update, heartbeat and error messages"); break;
+    default: fm_coord_send_error(c, id, FM_WIRE_MALFORMED, "a coordinator takes hello, update, heartbeat and error messages"); break;
     }
     fm_wire_free(env);
     fm_coord_pump(c); /* (a Task taken makes room for the next) */

@@ -85,5 +85,16 @@ bool fm_coord_auto_bound(const fm_coordinator_t *c, int g, double *out);
 void fm_coord_sample_clip(fm_coordinator_t *c);
 /* Sends an envelope; returns its size in bytes, 0 when not encoded (coordinator.c). */
 int64_t fm_coord_emit(fm_coordinator_t *c, const char *id, Fedmoe__Envelope *env);
+/* An Error to id, if its reply budget allows (its refusal logged within
+ * WARNINGS_PER_SECOND). */
+void fm_coord_send_error(fm_coordinator_t *c, const char *id, fm_wire_code code, const char *text);
+/* Refusals logged per second at the most: a peer sending junk as fast as it can
+ * must not flood the log (the rest are counted and the count logged). */
+#define WARNINGS_PER_SECOND 20
+/* p's index in the round (its place in the windows). */
+static inline int fm_coord_part_index(const fm_coordinator_t *c, const fm_participant_t *p)
+{
+    return (int)(p - c->round.parts);
+}
 
 #endif
