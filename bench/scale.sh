@@ -10,7 +10,9 @@
 # the commit to the round log, the selection) and its share of a round;
 # then the peak RSS once round 1 had committed against the peak at the end
 # (what grows with the rounds), and round 1's time between rounds against the
-# median of the later ones (round 1 learns its clipping bound).
+# median of the later ones (round 1 learns its clipping bound); and the
+# connections the coordinator accepted and the handshakes that failed (its
+# exit line): a burst of N joins that costs nothing extra is N and 0.
 # INSECURE=1 runs both without CURVE (plain TCP, no allow-list): the
 # coordinator's own cost per client, without the crypto's.
 #   bench/scale.sh [BUILD=build] [NS="10 100 1000"] [ROUNDS=5] [STRATEGY=full] [SPREAD=0]
@@ -30,7 +32,7 @@ else
   client_auth=(--keys "$work/keys" --server-key "$work/server/coordinator.pub")
 fi
 port=$((20000 + RANDOM % 10000)) # (below the ephemeral range, which thousands of clients use)
-printf '| clients | peak RSS | RSS / model | median round | CPU per round | CPU per client-round | between rounds | peak after round 1, at the end | round 1 between rounds |\n|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n'
+printf '| clients | peak RSS | RSS / model | median round | CPU per round | CPU per client-round | between rounds | peak after round 1, at the end | round 1 between rounds | accepted, failed handshakes |\n|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n'
 for n in $ns; do
   "$bin/bench/fedmoe-loadgen" --keys "$work/keys" --clients "$n" --make-keys
   db=$work/scale-$n.db
@@ -45,11 +47,13 @@ for n in $ns; do
       --clients $((n - first < 1000 ? n - first : 1000)) "${client_auth[@]}" --spread "$spread" > "$work/loadgen-$n-$first.log" 2>&1 &
     loadgens+=($!)
   done
-  hwm=0 cpu=0 cpu0= hwm1=
+  hwm=0 cpu=0 cpu0= peaks=()
   tck=$(getconf CLK_TCK)
   while kill -0 $server 2>/dev/null; do
-    # (read before the peak below: a peak read after the commit line may be round 2's)
-    [[ -z $hwm1 ]] && grep -q "round 1/.*clients, train loss" "$work/server-$n.log" && hwm1=$hwm
+    # the peak when each round committed (read before the peak below: a peak
+    # read after the commit line may be the next round's)
+    committed=$(grep -c "clients, train loss" "$work/server-$n.log" || true)
+    while ((${#peaks[@]} < committed)); do peaks+=("$hwm"); done
     h=$(awk '/^VmHWM/ { print $2 }' /proc/$server/status 2>/dev/null || echo 0)
     c=$(awk '{ print $14 + $15 }' /proc/$server/stat 2>/dev/null || echo 0)
     [[ -n $h && $h -gt $hwm ]] && hwm=$h
@@ -62,10 +66,12 @@ for n in $ns; do
   wait $server || { echo "N=$n: the coordinator failed:"; tail -5 "$work/server-$n.log"; exit 1; }
   for l in "${loadgens[@]}"; do wait $l || true; done
   model=$(sed -n 's/.*federated vector \([0-9]*\) floats.*/\1/p' "$work/loadgen-$n-0.log" | head -1)
-  /usr/bin/python3 - "$db" "$n" "$hwm" "$cpu" "$tck" "$model" "$rounds" "${hwm1:-0}" <<'PY'
+  joins=$(sed -n 's/.*; \([0-9]*\) accepted since the start, \([0-9]*\) handshakes failed.*/\1, \2/p' "$work/server-$n.log" | tail -1)
+  echo "N=$n: peak RSS (MB) when each round committed: $(for p in "${peaks[@]}"; do printf '%d ' $((p / 1024)); done)" >&2
+  /usr/bin/python3 - "$db" "$n" "$hwm" "$cpu" "$tck" "$model" "$rounds" "${peaks[0]:-0}" "${joins:--}" <<'PY'
 import sqlite3, statistics, sys
 db, n, hwm, cpu, tck, model, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7])
-hwm1 = int(sys.argv[8])
+hwm1, joins = int(sys.argv[8]), sys.argv[9]
 rows = list(sqlite3.connect(db).execute("SELECT seconds, started_at, finished_at FROM rounds ORDER BY round"))
 secs = [r[0] for r in rows]
 from datetime import datetime
@@ -77,7 +83,7 @@ cpu_round = cpu / tck / rounds
 gap = f"{1000 * statistics.median(gaps):.0f} ms ({100 * statistics.median(gaps) / statistics.median(secs):.1f}%)" if gaps else "-"
 growth = f"{hwm1 / 1024:.0f} MB, {mb:.0f} MB ({100 * (hwm - hwm1) / hwm1:+.1f}%)" if hwm1 else "-"
 first = f"{1000 * gaps[0]:.0f} ms ({gaps[0] / statistics.median(gaps[1:]):.1f}x)" if len(gaps) > 1 else "-"
-print(f"| {n:,} | {mb:.0f} MB | {hwm * 1024 / (4 * model):.0f} | {statistics.median(secs):.2f} s | {cpu_round:.2f} s | {1000 * cpu_round / n:.1f} ms | {gap} | {growth} | {first} |")
+print(f"| {n:,} | {mb:.0f} MB | {hwm * 1024 / (4 * model):.0f} | {statistics.median(secs):.2f} s | {cpu_round:.2f} s | {1000 * cpu_round / n:.1f} ms | {gap} | {growth} | {first} | {joins} |")
 PY
   port=$((port + 1))
 done

@@ -47,6 +47,7 @@ struct fm_conns {
     int per_key, per_address;           /* connections one id may hold; pending ones from one address */
     uint16_t pending[PENDING_BUCKETS];  /* connections yet to deliver a message, by hashed address */
     fm_log_limit_t refused, cut;
+    uint64_t accepted, failed_handshakes; /* since the start (the exit line: what a burst of joins cost) */
 };
 
 /* Bytes the kernel has received on fd (in order, whether or not libzmq has
@@ -166,7 +167,9 @@ fm_status fm_conns_open(fm_conns_t **out, void *ctx, void *sock, int cap, size_t
     char ep[64];
     snprintf(ep, sizeof ep, "inproc://fedmoe-connections-%p", sock);
     int unbounded = 0; /* an event lost would leave the count wrong for good; events are tiny and read every loop */
-    if (zmq_socket_monitor(sock, ep, ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0 ||
+    int watch = ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
+    if (zmq_socket_monitor(sock, ep, watch) != 0 ||
         !(c->events = zmq_socket(ctx, ZMQ_PAIR)) ||
         zmq_setsockopt(c->events, ZMQ_RCVHWM, &unbounded, sizeof unbounded) != 0 || zmq_connect(c->events, ep) != 0) {
         fm_error_set("cannot watch the coordinator's connections: %s", zmq_strerror(zmq_errno()));
@@ -190,6 +193,12 @@ fm_status fm_conns_open(fm_conns_t **out, void *ctx, void *sock, int cap, size_t
 void *fm_conns_socket(fm_conns_t *c) { return c->events; }
 int fm_conns_open_count(const fm_conns_t *c) { return c->open; }
 
+void fm_conns_totals(const fm_conns_t *c, uint64_t *accepted, uint64_t *failed_handshakes)
+{
+    *accepted = c->accepted;
+    *failed_handshakes = c->failed_handshakes;
+}
+
 void fm_conns_handle(fm_conns_t *c, double now)
 {
     for (;;) {
@@ -210,7 +219,11 @@ void fm_conns_handle(fm_conns_t *c, double now)
         uint32_t fd;
         memcpy(&event, head, 2);
         memcpy(&fd, head + 2, 4);
-        if (event == ZMQ_EVENT_DISCONNECTED) {
+        c->accepted += event == ZMQ_EVENT_ACCEPTED;
+        if (event & (ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                     ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)) {
+            c->failed_handshakes++; /* (timed out, refused or broken; its DISCONNECTED follows) */
+        } else if (event == ZMQ_EVENT_DISCONNECTED) {
             c->open -= c->open > 0;
             if ((int)fd >= 0 && (int)fd < c->nfd) {
                 c->by_fd[fd].open = false;

@@ -50,6 +50,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "fedmoe/status.h"
 
@@ -74,6 +75,10 @@ void fm_conns_heard(fm_conns_t *c, int fd, const char *id, double now);
 void fm_conns_check(fm_conns_t *c, double now, bool caught_up);
 /* Connections open now. */
 int fm_conns_open_count(const fm_conns_t *c);
+/* Connections accepted since the start, and handshakes that failed (timed out,
+ * refused by the allow-list, broken): a join that needed several handshakes
+ * shows in both. */
+void fm_conns_totals(const fm_conns_t *c, uint64_t *accepted, uint64_t *failed_handshakes);
 /* Stops watching and frees the counter; sets *c to NULL; safe on NULL. */
 void fm_conns_close(fm_conns_t **c);
 

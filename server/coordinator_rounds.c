@@ -109,7 +109,15 @@ static fm_status try_open_round(fm_coordinator_t *c, double now)
         bool mean = c->spec.aggregate.rule == FM_AGG_MEAN;
         for (int g = 0; g < 2; g++) {
             fm_aggregator_keep(agg[g], learns_bound(c, g));
-            int held = mean && learns_bound(c, g) && want > FM_CLIP_SAMPLE ? FM_CLIP_SAMPLE : want;
+            bool sample = mean && learns_bound(c, g);
+            int held = sample && want > FM_CLIP_SAMPLE ? FM_CLIP_SAMPLE : want;
+            /* a mean's sample of FM_CLIP_SAMPLE updates stays in memory (a few
+             * models, whatever the clients: no spill file); robust rules keep
+             * every update, beyond FM_AGG_MEMORY in the file */
+            size_t row = sizeof(float) * (g ? c->dims.nprompt : c->dims.nmodel);
+            fm_aggregator_set_memory(agg[g], sample && (size_t)FM_CLIP_SAMPLE * row > FM_AGG_MEMORY
+                                                 ? (size_t)FM_CLIP_SAMPLE * row
+                                                 : FM_AGG_MEMORY);
             if (st == FM_OK)
                 st = fm_aggregator_reserve(agg[g], held);
         }

@@ -299,9 +299,12 @@ fm_status fm_coordinator_run(const fm_server_config_t *cfg, volatile sig_atomic_
     if (st == FM_OK && !fm_coordinator_finished(c))
         st = fm_coordinator_stop(c);
     struct rusage ru;
+    uint64_t accepted, failed;
+    fm_conns_totals(d.conns, &accepted, &failed);
     if (getrusage(RUSAGE_SELF, &ru) == 0) /* (tests and benchmarks read it) */
-        fm_info("peak memory %ld KB (maximum resident set), %d connections at the end", ru.ru_maxrss,
-                fm_conns_open_count(d.conns));
+        fm_info("peak memory %ld KB (maximum resident set), %d connections at the end; %llu accepted since the "
+                "start, %llu handshakes failed", ru.ru_maxrss, fm_conns_open_count(d.conns),
+                (unsigned long long)accepted, (unsigned long long)failed);
 out:
     fm_conns_close(&d.conns); /* before its socket */
     fm_coordinator_destroy(&c);

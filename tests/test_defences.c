@@ -436,6 +436,7 @@ static void test_clip_sample(void **state)
         assert_int_equal(fm_aggregator_held(c->agg_model), i < S - 1 ? i + 1 : 0);
         if (i == S - 1)
             assert_float_equal(c->sampled[0], sample_bound * sqrt((double)n), 1e-3 * sqrt((double)n));
+        assert_false(fm_aggregator_spilled(c->agg_model)); /* (the sample stays in memory: no spill file) */
     }
     expect_rounds(c, &cfg, 1.0, 1);
     for (int i = 0; i < N; i++)

@@ -240,6 +240,8 @@ void fm_aggregator_fold(fm_aggregator_t *a)
     drop_rows(a);
 }
 
+bool fm_aggregator_spilled(const fm_aggregator_t *a) { return a->fd >= 0; }
+
 int fm_aggregator_held(const fm_aggregator_t *a) { return keeps_rows(a) ? a->count : 0; }
 
 int fm_aggregator_clip_rows(fm_aggregator_t *a, const float *ref, double bound)

@@ -69,6 +69,8 @@ int fm_aggregator_clip_rows(fm_aggregator_t *a, const float *ref, double bound);
 void fm_aggregator_fold(fm_aggregator_t *a);
 /* Updates held as copies (in memory or the file) at the moment. */
 int fm_aggregator_held(const fm_aggregator_t *a);
+/* Whether kept updates went to the spill file (more than the memory allows). */
+bool fm_aggregator_spilled(const fm_aggregator_t *a);
 /* Makes room for k updates (robust rules keep them), so that adding up to k
  * checked updates cannot fail for want of memory (writing the file can:
  * FM_ERR_IO). */
