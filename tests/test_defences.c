@@ -411,7 +411,7 @@ static void test_clip_sample(void **state)
 {
     (void)state;
     enum { S = FM_CLIP_SAMPLE, N = FM_CLIP_SAMPLE + 8 };
-    char names[N][8];
+    char names[N][16];
     const char *ids[N];
     double delta[N], sorted[N];
     for (int i = 0; i < N; i++) {
