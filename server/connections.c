@@ -47,7 +47,8 @@ struct fm_conns {
     int per_key, per_address;           /* connections one id may hold; pending ones from one address */
     uint16_t pending[PENDING_BUCKETS];  /* connections yet to deliver a message, by hashed address */
     fm_log_limit_t refused, cut;
-    uint64_t accepted, failed_handshakes; /* since the start (the exit line: what a burst of joins cost) */
+    uint64_t accepted, failed[3]; /* since the start (the exit line: what a burst of joins cost); failed
+                                     handshakes: broken or timed out, refused (ZAP), protocol errors */
 };
 
 /* Bytes the kernel has received on fd (in order, whether or not libzmq has
@@ -193,10 +194,10 @@ fm_status fm_conns_open(fm_conns_t **out, void *ctx, void *sock, int cap, size_t
 void *fm_conns_socket(fm_conns_t *c) { return c->events; }
 int fm_conns_open_count(const fm_conns_t *c) { return c->open; }
 
-void fm_conns_totals(const fm_conns_t *c, uint64_t *accepted, uint64_t *failed_handshakes)
+void fm_conns_totals(const fm_conns_t *c, uint64_t *accepted, uint64_t failed[3])
 {
     *accepted = c->accepted;
-    *failed_handshakes = c->failed_handshakes;
+    memcpy(failed, c->failed, sizeof c->failed);
 }
 
 void fm_conns_handle(fm_conns_t *c, double now)
@@ -221,8 +222,8 @@ void fm_conns_handle(fm_conns_t *c, double now)
         memcpy(&fd, head + 2, 4);
         c->accepted += event == ZMQ_EVENT_ACCEPTED;
         if (event & (ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                     ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)) {
-            c->failed_handshakes++; /* (timed out, refused or broken; its DISCONNECTED follows) */
+                     ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)) { /* (its DISCONNECTED follows) */
+            c->failed[event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL ? 0 : event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ? 1 : 2]++;
         } else if (event == ZMQ_EVENT_DISCONNECTED) {
             c->open -= c->open > 0;
             if ((int)fd >= 0 && (int)fd < c->nfd) {

@@ -75,10 +75,11 @@ void fm_conns_heard(fm_conns_t *c, int fd, const char *id, double now);
 void fm_conns_check(fm_conns_t *c, double now, bool caught_up);
 /* Connections open now. */
 int fm_conns_open_count(const fm_conns_t *c);
-/* Connections accepted since the start, and handshakes that failed (timed out,
- * refused by the allow-list, broken): a join that needed several handshakes
- * shows in both. */
-void fm_conns_totals(const fm_conns_t *c, uint64_t *accepted, uint64_t *failed_handshakes);
+/* Connections accepted since the start, and handshakes that failed: [0] broken
+ * or timed out (libzmq's "no detail"), [1] refused (ZAP: the allow-list, a
+ * key's handshake budget), [2] protocol errors. A join that needed several
+ * handshakes shows in both. */
+void fm_conns_totals(const fm_conns_t *c, uint64_t *accepted, uint64_t failed[3]);
 /* Stops watching and frees the counter; sets *c to NULL; safe on NULL. */
 void fm_conns_close(fm_conns_t **c);
 

@@ -299,12 +299,14 @@ fm_status fm_coordinator_run(const fm_server_config_t *cfg, volatile sig_atomic_
     if (st == FM_OK && !fm_coordinator_finished(c))
         st = fm_coordinator_stop(c);
     struct rusage ru;
-    uint64_t accepted, failed;
-    fm_conns_totals(d.conns, &accepted, &failed);
+    uint64_t accepted, failed[3];
+    fm_conns_totals(d.conns, &accepted, failed);
     if (getrusage(RUSAGE_SELF, &ru) == 0) /* (tests and benchmarks read it) */
         fm_info("peak memory %ld KB (maximum resident set), %d connections at the end; %llu accepted since the "
-                "start, %llu handshakes failed", ru.ru_maxrss, fm_conns_open_count(d.conns),
-                (unsigned long long)accepted, (unsigned long long)failed);
+                "start, %llu handshakes failed (%llu broken or timed out, %llu refused, %llu protocol errors)",
+                ru.ru_maxrss, fm_conns_open_count(d.conns), (unsigned long long)accepted,
+                (unsigned long long)(failed[0] + failed[1] + failed[2]), (unsigned long long)failed[0],
+                (unsigned long long)failed[1], (unsigned long long)failed[2]);
 out:
     fm_conns_close(&d.conns); /* before its socket */
     fm_coordinator_destroy(&c);
