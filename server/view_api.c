@@ -59,18 +59,17 @@ static void run_json(FILE *f, const fm_run_row_t *r, const fm_round_row_t *last)
     key(f, &first, "holdout");
     fputs(fm_run_holdout(r) ? "true" : "false", f);
     key(f, &first, "last");
-    if (last)
-    {
-        fprintf(f, "{\"round\":%d,\"test_accuracy\":", last->round);
-        jnum(f, last->test_accuracy);
-        fputs(",\"test_loss\":", f);
-        jnum(f, last->test_loss);
-        fputs(",\"val_accuracy\":", f);
-        jnum(f, last->val_accuracy);
+    if (last) {
+        bool one = true;
+        fputc('{', f);
+        knum(f, &one, "round", last->round);
+        knum(f, &one, "test_accuracy", last->test_accuracy);
+        knum(f, &one, "test_loss", last->test_loss);
+        knum(f, &one, "val_accuracy", last->val_accuracy);
         fputc('}', f);
-    }
-    else
+    } else {
         fputs("null", f);
+    }
     fputc('}', f);
 }
 

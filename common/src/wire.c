@@ -234,11 +234,11 @@ size_t fm_wire_decode_cost(const uint8_t *buf, size_t len)
 /* Decoding allocates from one block of the schema's charge (at least what
  * protobuf-c asks for: each request rounded up to 16 bytes is within the
  * charge's FM_WIRE_ALLOC_OVERHEAD), so a decoded message is one allocation,
- * freed at once. Decoding thousands of 1-2 MB Updates a round one allocation
- * each (tensor copies, scan records, strings) left holes between the small
- * allocations that outlive them, and the coordinator's heap grew round after
- * round with its data flat. protobuf-c allocates the message's own structure
- * first, so the Envelope is the block's first allocation. */
+ * freed at once, instead of one for each tensor copy, scan record and string.
+ * (It was meant to stop the coordinator's resident set growing with the
+ * rounds; measured, it did not change that: BENCHMARKS.md, "Memory over the
+ * rounds".) protobuf-c allocates the message's own structure first, so the
+ * Envelope is the block's first allocation. */
 typedef struct {
     size_t used, cap;
     _Alignas(16) unsigned char data[];
