@@ -201,9 +201,9 @@ static void fill(const fm_record_t *r, void *row, int round, const char *client)
         case FM_FIELD_TEXT: snprintf(p, f->size, "v%d", i); break;
         }
     }
-    ((fm_client_round_row_t *)row)->round = round; /* (the first field of both) */
+    *(int *)((char *)row + fm_record_field(r, "round")->offset) = round;
     if (client)
-        snprintf(((fm_client_round_row_t *)row)->client_id, 64, "%s", client);
+        snprintf((char *)row + fm_record_field(r, "client")->offset, 64, "%s", client);
 }
 
 /* Every field of the round and client records, whatever it is, goes into the

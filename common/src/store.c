@@ -94,8 +94,22 @@ static int migrate(sqlite3 *db, char **err)
                         NULL, NULL, err);
 }
 
-/* "c1, c2, ..." of a record's fields; for reading (s given), NULL for those
- * absent from the file (a writer has them all: it migrated the file). */
+/* "INSERT INTO table (run_id, c1, ...) VALUES (?1, ?2, ...)" of record k: a
+ * writer has every column (it migrated the file). */
+static void insert_sql(int k, char *buf, size_t cap)
+{
+    const fm_record_t *r = RECORDS[k];
+    size_t n = (size_t)snprintf(buf, cap, "INSERT INTO %s (run_id", r->table);
+    for (int i = 0; i < r->count && n < cap; i++)
+        n += (size_t)snprintf(buf + n, cap - n, ", %s", r->fields[i].column);
+    for (int i = 0; i <= r->count && n < cap; i++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s?%d", i ? ", " : ") VALUES (", i + 1);
+    if (n < cap)
+        snprintf(buf + n, cap - n, ")");
+}
+
+/* "c1, c2, ..." of a record's fields to read, NULL for those absent from the
+ * file. */
 static void column_list(const fm_store_t *s, int k, char *buf, size_t cap)
 {
     const fm_record_t *r = RECORDS[k];
@@ -103,7 +117,7 @@ static void column_list(const fm_store_t *s, int k, char *buf, size_t cap)
     buf[0] = 0;
     for (int i = 0; i < r->count && n < cap; i++)
         n += (size_t)snprintf(buf + n, cap - n, "%s%s", i ? ", " : "",
-                              s && s->absent[k] >> i & 1 ? "NULL" : r->fields[i].column);
+                              s->absent[k] >> i & 1 ? "NULL" : r->fields[i].column);
 }
 
 /* Reads a row of record k from a statement whose columns are column_list's:
@@ -127,18 +141,6 @@ static void read_row(sqlite3_stmt *st, int k, void *row)
         }
         }
     }
-}
-
-/* ", ?2, ?3, ..." for a record's fields. */
-static const char *insert_marks(int k)
-{
-    static _Thread_local char marks[NRECORDS][512];
-    if (!marks[k][0]) {
-        size_t n = 0;
-        for (int i = 0; i < RECORDS[k]->count && n < sizeof marks[k]; i++)
-            n += (size_t)snprintf(marks[k] + n, sizeof marks[k] - n, ", ?%d", i + 2);
-    }
-    return marks[k];
 }
 
 static void read_round(sqlite3_stmt *st, void *p) { read_row(st, ROUNDS, p); }
@@ -217,9 +219,10 @@ fm_status fm_store_open(fm_store_t **out, const char *path, bool readonly)
         fm_store_close(&s);
         return FM_ERR_FORMAT;
     }
-    for (int k = 0; k < NRECORDS; k++)
+    for (int k = 0; k < NRECORDS; k++) /* (only a column added later can be missing) */
         for (int i = 0; i < RECORDS[k]->count; i++)
-            if (!column_exists(s->db, RECORDS[k]->table, RECORDS[k]->fields[i].column))
+            if ((RECORDS[k]->fields[i].flags & FM_FIELD_ADDED) &&
+                !column_exists(s->db, RECORDS[k]->table, RECORDS[k]->fields[i].column))
                 s->absent[k] |= (uint64_t)1 << i;
     *out = s;
     return FM_OK;
@@ -322,9 +325,8 @@ fm_status fm_store_commit_round(fm_store_t *s, const char *run_id, const fm_roun
         return db_error(s, "begin");
     fm_status status = FM_ERR_IO;
     const char *what = "log round";
-    char cols[1024], sql[2048];
-    column_list(NULL, ROUNDS, cols, sizeof cols);
-    snprintf(sql, sizeof sql, "INSERT INTO rounds (run_id, %s) VALUES (?1%s)", cols, insert_marks(ROUNDS));
+    char sql[2048];
+    insert_sql(ROUNDS, sql, sizeof sql);
     if (prepare(s, &st, sql) != FM_OK)
         goto rollback;
     bind_row(st, ROUNDS, run_id, r);
@@ -333,8 +335,7 @@ fm_status fm_store_commit_round(fm_store_t *s, const char *run_id, const fm_roun
     sqlite3_finalize(st);
     st = NULL;
     what = "log client rounds";
-    column_list(NULL, CLIENT_ROUNDS, cols, sizeof cols);
-    snprintf(sql, sizeof sql, "INSERT INTO client_rounds (run_id, %s) VALUES (?1%s)", cols, insert_marks(CLIENT_ROUNDS));
+    insert_sql(CLIENT_ROUNDS, sql, sizeof sql);
     if (prepare(s, &st, sql) != FM_OK)
         goto rollback;
     for (int i = 0; i < n; i++) {

@@ -272,7 +272,7 @@ def forward(m, x, nonlocal_prompts):
     vs = np.einsum("bhd,jchd->bhjc", sh, vh)
     g = (n @ p["gating.bo"])[:, None] + np.einsum("bhjc,bhjc->bc", att, vs)
     c["gate"] = (Ts, qh, kh, vh, sh, att, vs)
-    return s.tau * s.__getattribute__("lambda") * n @ T0.T + s.tau * g, lb, c
+    return s.tau * getattr(s, "lambda") * n @ T0.T + s.tau * g, lb, c
 
 
 def backward(m, c, dlogits, lb_scale=1.0):
@@ -284,7 +284,7 @@ def backward(m, c, dlogits, lb_scale=1.0):
     B = n.shape[0]
     df = np.zeros_like(f)
     if c["gated"]:
-        lam = s.__getattribute__("lambda")
+        lam = getattr(s, "lambda")
         Ts, qh, kh, vh, sh, att, vs = c["gate"]
         H, d = s.heads, s.d
         J, C = Ts.shape[0], Ts.shape[1]
