@@ -11,7 +11,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 engine=0
 
 pkgs=(build-essential cmake pkg-config
-      libzmq3-dev libprotobuf-c-dev protobuf-c-compiler
+      libzmq3-dev libsodium-dev libprotobuf-c-dev protobuf-c-compiler
       libssl-dev libsqlite3-dev libopenblas-dev libcmocka-dev zlib1g-dev
       libinih-dev libmicrohttpd-dev dataset-fashion-mnist
       fortunes fortunes-de fortunes-es fortunes-it fortunes-pl fortunes-ru fortunes-cs fortunes-br  # text: eight languages

@@ -19,6 +19,7 @@ static const kind_t kinds[FM_BUDGET_KINDS] = {
     [FM_BUDGET_REPORT] = {0.2, 5.0, "error reports from clients not logged"},
     [FM_BUDGET_REFUSAL] = {0.2, 5.0, "refusals not logged"},
     [FM_BUDGET_HANDSHAKE] = {0.5, 8.0, "handshakes put off (too many from one key)"},
+    [FM_BUDGET_UNREADABLE] = {0.1, 4.0, "unreadable messages past the allowance"},
 };
 
 typedef struct {
@@ -26,6 +27,7 @@ typedef struct {
     double tokens[FM_BUDGET_KINDS], at[FM_BUDGET_KINDS];
     uint32_t refused[FM_BUDGET_KINDS]; /* in the current summary window */
     uint32_t window[FM_BUDGET_KINDS];  /* which window refused counts */
+    double held_until;                 /* fm_budget_hold */
 } entry_t;
 
 typedef struct {
@@ -137,6 +139,19 @@ bool fm_budget_take(fm_budget_t *b, const char *id, fm_budget_kind kind, double 
     if (b->window_start < 0.0)
         b->window_start = now;
     return false;
+}
+
+void fm_budget_hold(fm_budget_t *b, const char *id, double until, double now)
+{
+    entry_t *e = find(b, id, now);
+    if (e && until > e->held_until)
+        e->held_until = until;
+}
+
+bool fm_budget_held(fm_budget_t *b, const char *id, double now)
+{
+    entry_t *e = find(b, id, now);
+    return e && now < e->held_until;
 }
 
 void fm_budget_flush(fm_budget_t *b, double now)

@@ -27,6 +27,8 @@ typedef enum {
     FM_BUDGET_REPORT,      /* its Error reports written to the log: one in 5 s, bursts of 5 */
     FM_BUDGET_REFUSAL,     /* log lines about its refused messages: one in 5 s, bursts of 5 */
     FM_BUDGET_HANDSHAKE,   /* CURVE handshakes admitted for its key: one in 2 s, bursts of 8 */
+    FM_BUDGET_UNREADABLE,  /* its messages that could not be read: one in 10 s, bursts of 4 (past that
+                              its key is held: fm_budget_hold) */
     FM_BUDGET_KINDS
 } fm_budget_kind;
 
@@ -38,6 +40,11 @@ void fm_budget_free(fm_budget_t **b);
 /* Spends one token of id's bucket of kind at now (seconds, never decreasing);
  * false (counted) when the bucket is empty. */
 bool fm_budget_take(fm_budget_t *b, const char *id, fm_budget_kind kind, double now);
+/* Holds id until `until` (seconds): fm_budget_held answers true till then. A
+ * hold is the budget of a key that broke one: none at all for a while. */
+void fm_budget_hold(fm_budget_t *b, const char *id, double until, double now);
+/* Whether id is held at now. */
+bool fm_budget_held(fm_budget_t *b, const char *id, double now);
 /* Logs the summary of each kind with refusals once FM_BUDGET_SUMMARY_S has
  * passed since the last (call it every tick). */
 void fm_budget_flush(fm_budget_t *b, double now);

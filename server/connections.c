@@ -46,6 +46,7 @@ struct fm_conns {
     double caught_up_at;                /* when the daemon last read every waiting message */
     int per_key, per_address;           /* connections one id may hold; pending ones from one address */
     uint16_t pending[PENDING_BUCKETS];  /* connections yet to deliver a message, by hashed address */
+    uint64_t pending_bytes[PENDING_BUCKETS]; /* what those have received, summed at each check */
     fm_log_limit_t refused, cut;
     uint64_t accepted, failed[3]; /* since the start (the exit line: what a burst of joins cost); failed
                                      handshakes: broken or timed out, refused (ZAP), protocol errors */
@@ -267,22 +268,24 @@ static void cut(fm_conns_t *c, conn_t *k, int fd, double now, const char *why)
         fm_warn("connection from %s closed: %s", k->addr, why);
 }
 
+/* An owner's hash in owner_of (never 0: none). Scans for an owner's
+ * connections read those (4 bytes a descriptor), not conn_t, and compare names
+ * only where the hash matches. */
+static uint32_t owner_hash(const char *id) { return hash_of(id) | 1u; }
+
 /* fd's first message came from id: it is id's, and id holds at most per_key
  * connections (the one it owned longest is shut, as a reconnect replaces a
- * connection). Once a connection: a scan of the owners' hashes (4 bytes a
- * descriptor), the names compared only where a hash matches. */
+ * connection). */
 static void own(fm_conns_t *c, int fd, conn_t *k, const char *id, double now)
 {
     snprintf(k->owner, sizeof k->owner, "%s", id);
     k->owned_at = now;
-    uint32_t h = hash_of(k->owner) | 1u; /* (never 0: none) */
+    uint32_t h = owner_hash(k->owner);
     c->owner_of[fd] = h;
     int held = 0, oldest = -1;
     for (int i = 0; i < c->nfd; i++) {
-        if (c->owner_of[i] != h)
-            continue;
         conn_t *o = &c->by_fd[i];
-        if (!o->open || strcmp(o->owner, k->owner) != 0)
+        if (c->owner_of[i] != h || !o->open || strcmp(o->owner, k->owner) != 0)
             continue;
         held++;
         if (i != fd && (oldest < 0 || o->owned_at < c->by_fd[oldest].owned_at))
@@ -293,6 +296,16 @@ static void own(fm_conns_t *c, int fd, conn_t *k, const char *id, double now)
         snprintf(why, sizeof why, "client %s opened a connection beyond the %d it may hold: its oldest is let go",
                  k->owner, c->per_key);
         cut(c, &c->by_fd[oldest], oldest, now, why);
+    }
+}
+
+void fm_conns_cut_owner(fm_conns_t *c, const char *id, double now, const char *why)
+{
+    uint32_t h = owner_hash(id);
+    for (int i = 0; i < c->nfd; i++) {
+        conn_t *o = &c->by_fd[i];
+        if (c->owner_of[i] == h && o->open && strncmp(o->owner, id, sizeof o->owner - 1) == 0)
+            cut(c, o, i, now, why);
     }
 }
 
@@ -320,6 +333,7 @@ void fm_conns_check(fm_conns_t *c, double now, bool caught_up)
     if (now - c->last_check < every)
         return;
     c->last_check = now;
+    memset(c->pending_bytes, 0, sizeof c->pending_bytes);
     for (int fd = 0; fd < c->nfd; fd++) {
         conn_t *k = &c->by_fd[fd];
         uint64_t got;
@@ -328,6 +342,14 @@ void fm_conns_check(fm_conns_t *c, double now, bool caught_up)
         if (!k->open || !received(fd, &got, &idle))
             continue;
         double quiet = now - k->heard_at;
+        /* what one address's connections that have delivered nothing hold
+         * together is bounded like one key's connections: per_key backlogs */
+        uint64_t unheard = got > k->base ? got - k->base : 0;
+        bool address_over = false;
+        if (!k->heard && k->bucket >= 0) {
+            c->pending_bytes[k->bucket] += unheard;
+            address_over = c->pending_bytes[k->bucket] > (uint64_t)c->per_key * c->backlog;
+        }
         if (k->heard) { /* (everything received so far may have been its messages) */
             k->heard = false;
             k->base = got;
@@ -355,6 +377,13 @@ void fm_conns_check(fm_conns_t *c, double now, bool caught_up)
             snprintf(why, sizeof why, "%llu bytes received without a complete message (an unfinished multipart "
                      "message?), more than the %llu allowed",
                      (unsigned long long)(got - k->base), (unsigned long long)c->backlog);
+            cut(c, k, fd, now, why);
+        } else if (address_over) {
+            c->pending_bytes[k->bucket] -= unheard;
+            char why[200];
+            snprintf(why, sizeof why, "its address's connections that have not completed a message hold more than "
+                     "%llu bytes together (unfinished multipart messages?)",
+                     (unsigned long long)c->per_key * c->backlog);
             cut(c, k, fd, now, why);
         } else if (idle > c->silent_ms && ioctl(fd, SIOCINQ, &unread) == 0 && unread == 0) {
             /* (nothing waits unread: the silence is the peer's, not a full queue of ours) */

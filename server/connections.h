@@ -37,7 +37,10 @@
  *   within FIRST_MESSAGE_S (10 s) of its accept (a client says Hello at once),
  *   and one address may have at most max(64, cap / 2) connections that have
  *   not yet done so, so a flood of handshakes (or of bare TCP connections)
- *   from one address cannot take every slot;
+ *   from one address cannot take every slot; and what those connections have
+ *   received together is bounded like one id's connections (per_key times the
+ *   bound of one): a key that never completes a message on any of its
+ *   connections holds no more than one that does;
  * - drips: a connection that has delivered no message for silent_s while
  *   receiving bytes slower than 64 KiB/s is shut (an honest upload of the
  *   largest message on a slower link would need a longer --client-timeout).
@@ -69,6 +72,8 @@ void fm_conns_handle(fm_conns_t *c, double now);
 /* A message from descriptor fd (its ZMQ_SRCFD) was delivered at now, from id
  * (NULL: a message dropped, from nobody known). */
 void fm_conns_heard(fm_conns_t *c, int fd, const char *id, double now);
+/* Shuts every connection id owns, saying why (a key held: zap.h). */
+void fm_conns_cut_owner(fm_conns_t *c, const char *id, double now, const char *why);
 /* Shuts connections holding more than their bound of undelivered bytes, silent
  * ones, and (when caught_up) ones past their first-message or drip deadline;
  * does the work at most every CHECK_EVERY_S (call it every loop). */

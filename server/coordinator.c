@@ -392,14 +392,15 @@ static void check_progress(fm_coordinator_t *c, int slot, const Fedmoe__Heartbea
     fm_coord_queue_task(c, p);
 }
 
-void fm_coordinator_handle(fm_coordinator_t *c, const char *id, const uint8_t *data, size_t len, double now)
+fm_status fm_coordinator_handle(fm_coordinator_t *c, const char *id, const uint8_t *data, size_t len, double now)
 {
     Fedmoe__Envelope *env = NULL;
     fm_coord_set_now(c, now);
     if (fm_wire_decode(data, len, c->max_message, &env) != FM_OK) {
         fm_coord_send_error(c, id, fm_wire_last_code(), fm_error_last());
-        return;
+        return FM_ERR_FORMAT;
     }
+    fm_status st = FM_OK;
     int slot = fm_registry_find(c->reg, id);
     fm_client_t *cl = slot >= 0 ? fm_registry_at(c->reg, slot) : NULL;
     bool known = cl && cl->greeted;
@@ -434,9 +435,13 @@ void fm_coordinator_handle(fm_coordinator_t *c, const char *id, const uint8_t *d
         if (known)
             participant_failed(c, slot);
         break;
-    default: fm_coord_send_error(c, id, FM_WIRE_MALFORMED, "a coordinator takes hello, update, heartbeat and error messages"); break;
+    default:
+        fm_coord_send_error(c, id, FM_WIRE_MALFORMED, "a coordinator takes hello, update, heartbeat and error messages");
+        st = FM_ERR_FORMAT;
+        break;
     }
     fm_wire_free(env);
     fm_coord_pump(c); /* (a Task taken makes room for the next) */
+    return st;
 }
 

@@ -64,8 +64,11 @@ fm_status fm_coordinator_new(fm_coordinator_t **out, const fm_server_config_t *c
 void fm_coordinator_destroy(fm_coordinator_t **c);
 
 /* One message of len bytes from client id (a valid id, fm_wire_valid_id) at time
- * now (monotonic seconds). Bad messages get an Error reply; nothing is fatal. */
-void fm_coordinator_handle(fm_coordinator_t *c, const char *id, const uint8_t *data, size_t len, double now);
+ * now (monotonic seconds). Bad messages get an Error reply; nothing is fatal.
+ * Returns FM_ERR_FORMAT for a message that could not be read (it did not decode,
+ * or is no message a coordinator takes): what no honest client sends, for the
+ * driver to count against the sender (zap.h); FM_OK otherwise, refused or not. */
+fm_status fm_coordinator_handle(fm_coordinator_t *c, const char *id, const uint8_t *data, size_t len, double now);
 /* Time-driven work: clients gone silent, the round's deadline, starting the next
  * round, finishing the run. Returns FM_OK, or a fatal error (the database). */
 fm_status fm_coordinator_tick(fm_coordinator_t *c, double now);

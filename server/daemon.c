@@ -98,10 +98,25 @@ static bool receive(void *sock, zmq_msg_t *idm, zmq_msg_t *msg, bool *have, bool
     return true;
 }
 
+/* A message of id's could not be read: past its allowance its key is held
+ * (zap.h) and every connection of it closed, so that a stream of costly
+ * messages costs the coordinator a few of them a minute, not the decryption
+ * and refusal of all it can send. Without CURVE there is no key to hold. */
+static void unreadable(daemon_t *d, fm_zap_t *zap, const char *id, double now)
+{
+    if (!zap || !fm_zap_unreadable(zap, id, now))
+        return;
+    char why[200];
+    snprintf(why, sizeof why, "client %s sent more messages that could not be read than it may: its key is "
+             "held for %.0f s", id, FM_ZAP_HOLD_S);
+    fm_warn("%s (its connections closed, its handshakes put off)", why);
+    fm_conns_cut_owner(d->conns, id, now, why);
+}
+
 /* Reads the waiting messages, DRAIN_MESSAGES or DRAIN_BYTES at most, and hands
  * each to the coordinator under its client id: the key's id with CURVE, the
  * routing id when insecure. True when it read every one that was waiting. */
-static bool drain(fm_coordinator_t *c, daemon_t *d, const fm_zap_t *zap)
+static bool drain(fm_coordinator_t *c, daemon_t *d, fm_zap_t *zap)
 {
     zmq_msg_t idm, msg;
     bool have, extra;
@@ -125,9 +140,12 @@ static bool drain(fm_coordinator_t *c, daemon_t *d, const fm_zap_t *zap)
             fm_warn("dropped a message from a peer without a valid client id (set ZMQ_ROUTING_ID to "
                     "[A-Za-z0-9._-]{1,63})");
         }
+        double now = fm_clock_seconds();
         if (have)
-            fm_conns_heard(d->conns, zmq_msg_get(&msg, ZMQ_SRCFD), ok ? id : NULL, fm_clock_seconds());
-        if (ok && extra) {
+            fm_conns_heard(d->conns, zmq_msg_get(&msg, ZMQ_SRCFD), ok ? id : NULL, now);
+        if (ok && zap && fm_zap_held(zap, id, now)) {
+            /* dropped unread: what it sent before its connections were closed */
+        } else if (ok && extra) {
             uint8_t *buf;
             size_t len;
             if (fm_wire_encode_error(FM_WIRE_MALFORMED, "a message is one frame", &buf, &len) == FM_OK) {
@@ -135,8 +153,9 @@ static bool drain(fm_coordinator_t *c, daemon_t *d, const fm_zap_t *zap)
                 send_zmq(d, id, &f, 1);
                 free(buf);
             }
-        } else if (ok) {
-            fm_coordinator_handle(c, id, zmq_msg_data(&msg), zmq_msg_size(&msg), fm_clock_seconds());
+            unreadable(d, zap, id, now);
+        } else if (ok && fm_coordinator_handle(c, id, zmq_msg_data(&msg), zmq_msg_size(&msg), now) == FM_ERR_FORMAT) {
+            unreadable(d, zap, id, now);
         }
         zmq_msg_close(&msg);
         zmq_msg_close(&idm);

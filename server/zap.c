@@ -114,7 +114,10 @@ void fm_zap_handle(fm_zap_t *z)
         if (n >= 2) {
             double now = fm_clock_seconds();
             fm_budget_flush(z->budget, now);
-            if (id && !fm_budget_take(z->budget, id, FM_BUDGET_HANDSHAKE, now)) {
+            if (id && fm_budget_held(z->budget, id, now)) {
+                send_reply(z->sock, &f[1], "300", "this key sent messages that could not be read: try again later",
+                           "", NULL);
+            } else if (id && !fm_budget_take(z->budget, id, FM_BUDGET_HANDSHAKE, now)) {
                 /* 300, a temporary failure: the client tries again later (400 would tell it its key is refused) */
                 send_reply(z->sock, &f[1], "300", "too many handshakes from this key: try again later", "", NULL);
             } else if (id) {
@@ -156,6 +159,16 @@ bool fm_zap_allows(const fm_zap_t *z, const char *id, const char *key_z85)
     const char *owner = fm_allowlist_id(z->allow, key);
     return owner && !strcmp(owner, id);
 }
+
+bool fm_zap_unreadable(fm_zap_t *z, const char *id, double now)
+{
+    if (fm_budget_held(z->budget, id, now) || fm_budget_take(z->budget, id, FM_BUDGET_UNREADABLE, now))
+        return false;
+    fm_budget_hold(z->budget, id, now + FM_ZAP_HOLD_S, now);
+    return true;
+}
+
+bool fm_zap_held(fm_zap_t *z, const char *id, double now) { return fm_budget_held(z->budget, id, now); }
 
 void fm_zap_close(fm_zap_t **z)
 {

@@ -29,6 +29,16 @@ void fm_zap_reload(fm_zap_t *z);
  * messages carry) still belongs to id in the allow-list as it is now: false
  * once that key was removed or replaced by another key for id. */
 bool fm_zap_allows(const fm_zap_t *z, const char *id, const char *key_z85);
+/* A key that sends what cannot be read is held for a while. A message of id's
+ * could not be read (malformed, too large or too costly to decode, another
+ * protocol version, several frames): past FM_BUDGET_UNREADABLE's allowance (4,
+ * then one in 10 s) its key is held for FM_ZAP_HOLD_S, its handshakes put off
+ * (status 300). True when this message started the hold: the caller then closes
+ * the key's connections and drops its waiting messages unread (fm_zap_held). */
+#define FM_ZAP_HOLD_S 60.0
+bool fm_zap_unreadable(fm_zap_t *z, const char *id, double now);
+/* Whether id's key is held at now. */
+bool fm_zap_held(fm_zap_t *z, const char *id, double now);
 /* Closes the socket and frees the handler; sets *z to NULL; safe on NULL. */
 void fm_zap_close(fm_zap_t **z);
 

@@ -1,6 +1,7 @@
 /* The coordinator's pure decision modules on their own, without a coordinator,
  * sockets or a clock: the round state machine (round.c), the pace of Tasks and
- * upload grants (fanout.c) and the registry of clients (registry.c). */
+ * upload grants (fanout.c), the registry of clients (registry.c) and the
+ * per-key budgets and holds (budget.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "budget.h"
 #include "fanout.h"
 #include "registry.h"
 #include "round.h"
@@ -258,13 +260,57 @@ static void test_registry(void **state)
     fm_registry_destroy(&r); /* safe on NULL */
 }
 
+/* ---- budget.c -------------------------------------------------------------- */
+
+/* A kind's burst is spent, then it refills at its rate; each id has its own
+ * buckets; refusals are counted. Unreadable messages: 4, then one in 10 s. */
+static void test_budget_rates(void **state)
+{
+    (void)state;
+    fm_budget_t *b;
+    assert_int_equal(fm_budget_new(&b, 16), FM_OK);
+    for (int i = 0; i < 4; i++)
+        assert_true(fm_budget_take(b, "k1", FM_BUDGET_UNREADABLE, 100.0));
+    assert_false(fm_budget_take(b, "k1", FM_BUDGET_UNREADABLE, 100.0));
+    assert_true(fm_budget_take(b, "k2", FM_BUDGET_UNREADABLE, 100.0)); /* another key's own */
+    assert_false(fm_budget_take(b, "k1", FM_BUDGET_UNREADABLE, 109.0));
+    assert_true(fm_budget_take(b, "k1", FM_BUDGET_UNREADABLE, 110.5)); /* one in 10 s */
+    assert_false(fm_budget_take(b, "k1", FM_BUDGET_UNREADABLE, 110.6));
+    assert_int_equal(fm_budget_refused(b, FM_BUDGET_UNREADABLE), 3);
+    /* the other kinds of k1 untouched */
+    for (int i = 0; i < 8; i++)
+        assert_true(fm_budget_take(b, "k1", FM_BUDGET_HANDSHAKE, 110.6));
+    assert_false(fm_budget_take(b, "k1", FM_BUDGET_HANDSHAKE, 110.6));
+    fm_budget_free(&b);
+    assert_null(b);
+}
+
+/* A hold lasts until its end and only for its id; a shorter hold does not
+ * shorten a longer one. */
+static void test_budget_hold(void **state)
+{
+    (void)state;
+    fm_budget_t *b;
+    assert_int_equal(fm_budget_new(&b, 16), FM_OK);
+    assert_false(fm_budget_held(b, "k1", 0.0));
+    fm_budget_hold(b, "k1", 60.0, 0.0);
+    assert_true(fm_budget_held(b, "k1", 0.0));
+    assert_true(fm_budget_held(b, "k1", 59.9));
+    assert_false(fm_budget_held(b, "k2", 30.0));
+    fm_budget_hold(b, "k1", 40.0, 30.0);
+    assert_true(fm_budget_held(b, "k1", 50.0));
+    assert_false(fm_budget_held(b, "k1", 60.0));
+    fm_budget_free(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_all_in),        cmocka_unit_test(test_round_transitions),
         cmocka_unit_test(test_round_deadlines),     cmocka_unit_test(test_fanout_window),
         cmocka_unit_test(test_fanout_order_and_places), cmocka_unit_test(test_fanout_once),
-        cmocka_unit_test(test_registry),
+        cmocka_unit_test(test_registry),            cmocka_unit_test(test_budget_rates),
+        cmocka_unit_test(test_budget_hold),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -82,48 +82,49 @@ static void attack_impersonation(const char *ep, const char *log)
     }
 }
 
-/* c3 sends 200,000 junk messages as fast as it can and never reads: every one
- * is refused with an Error, the replies it does not read are dropped past the
- * high-water mark, so the coordinator's memory stays flat (unbounded queues
- * once grew by 219 MB), and the log gets a bounded number of lines. */
+/* c4 sends 200,000 junk messages as fast as its socket takes them and never
+ * reads: its first 4 are refused with an Error, then its key is held (its
+ * connection closed, what it sent meanwhile dropped unread, its handshakes put
+ * off), so the coordinator's memory stays flat (unbounded queues once grew by
+ * 219 MB) and the log gets a few lines (the honest run finishes: below). */
 static void attack_non_reading_peer(const char *ep, const char *log, const char *db, pid_t server)
 {
     /* a steady baseline: once a round has run, the coordinator holds its round state */
     for (int i = 0; i < 600 && procs_committed_rounds(db) < 1; i++)
         usleep(100000);
     assert_true(procs_committed_rounds(db) >= 1);
-    peer_t p = peer_new("c3", 8);
+    peer_t p = peer_new("c4", 8);
     int one = 1;
     zmq_setsockopt(p.sock, ZMQ_RCVHWM, &one, sizeof one); /* it reads next to nothing */
-    procs_secure_client(p.sock, "c3");
+    procs_secure_client(p.sock, "c4");
     zmq_connect(p.sock, ep);
     int v;
     assert_int_equal(peer_event(&p, 10, &v), ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
     long before = procs_rss_kb(server);
     double t0 = fm_clock_seconds();
     int sent = 0;
-    for (int i = 0; i < 200000; i++)
-        sent += zmq_send(p.sock, "junk", 4, 0) == 4;
-    assert_int_equal(sent, 200000);
+    for (int i = 0; i < 200000 && fm_clock_seconds() - t0 < 10.0; i++) {
+        if (zmq_send(p.sock, "junk", 4, ZMQ_DONTWAIT) == 4)
+            sent++;
+        else
+            usleep(1000); /* (its queue full: the connection was closed) */
+    }
     usleep(3000000); /* let it read them all */
-    double seconds = fm_clock_seconds() - t0;
     long after = procs_rss_kb(server);
-    fprintf(stderr, "  non-reading peer: coordinator RSS %ld -> %ld kB\n", before, after);
+    fprintf(stderr, "  non-reading peer: %d junk messages taken by its socket; coordinator RSS %ld -> %ld kB\n", sent,
+            before, after);
+    assert_true(sent >= 1000);
 #ifndef __SANITIZE_ADDRESS__ /* (AddressSanitizer's quarantine and redzones make RSS no measure) */
     assert_true(before > 0 && after - before < 8 * 1024); /* no bound: +12.9 MB after 100,000 */
 #endif
     peer_free(&p);
+    assert_true(procs_log_has(log, "client c4 sent more messages that could not be read than it may: its key is held"));
     char cmd[700], *out;
-    snprintf(cmd, sizeof cmd, "grep -c 'client c3:' %s", log);
+    snprintf(cmd, sizeof cmd, "grep -c 'client c4' %s", log);
     assert_int_equal(procs_capture(cmd, &out), 0);
-    /* its first 5, then one in 5 s (budget.h), over the flood and the seconds it straddles */
-    assert_true(atol(out) <= 5 + (long)((seconds + 2.0) / 5.0) + 1);
+    /* its 4 refusals, the hold, and its connection closed */
+    assert_true(atol(out) <= 8);
     free(out);
-    /* and the rest summed up, once the 10 s window ends */
-    bool summed = false;
-    for (int i = 0; i < 150 && !(summed = procs_log_has(log, "refusals not logged in the last")); i++)
-        usleep(100000);
-    assert_true(summed);
 }
 
 /* c2 connects with its key and is answered; its key is removed and the
@@ -144,9 +145,9 @@ static void attack_revoked_key(const char *ep, const char *log, pid_t server)
     snprintf(pub, sizeof pub, "%s/c2.pub", allow);
     assert_int_equal(unlink(pub), 0);
     kill(server, SIGHUP);
-    for (int i = 0; i < 100 && !procs_log_has(log, "reloaded: 3 client keys"); i++)
+    for (int i = 0; i < 100 && !procs_log_has(log, "reloaded: 4 client keys"); i++)
         usleep(100000);
-    assert_true(procs_log_has(log, "reloaded: 3 client keys"));
+    assert_true(procs_log_has(log, "reloaded: 4 client keys"));
     assert_int_equal(peer_hello(p.sock, "c2", 2.0), 0);
     assert_true(procs_log_has(log, "dropped a message from c2: its key was removed from the allow-list or replaced"));
     peer_free(&p);
@@ -171,7 +172,7 @@ static void attack_revoked_key(const char *ep, const char *log, pid_t server)
     assert_int_equal(fm_key_generate(&fresh, "c3"), FM_OK);
     assert_int_equal(fm_key_write(&fresh, allow), FM_OK);
     kill(server, SIGHUP);
-    for (int i = 0; i < 100 && !procs_log_has(log, "reloaded: 3 client keys") ; i++)
+    for (int i = 0; i < 100 && !procs_log_has(log, "reloaded: 4 client keys") ; i++)
         usleep(100000);
     usleep(300000);
     assert_int_equal(peer_hello(p.sock, "c3", 2.0), 0);
@@ -185,7 +186,7 @@ static void test_attacks_refused_honest_run_finishes(void **state)
     char db[512], log[512], ep[64];
     procs_files("sec", db, log);
     peer_endpoint(ep);
-    procs_client_keys("c", 4); /* c0, c1 honest; c2, c3 used by the attacks */
+    procs_client_keys("c", 5); /* c0, c1 honest; c2-c4 used by the attacks */
     char *sargv[] = {BIN("server/fedmoe-server"), "--bind", ep, "--db", db, "--rounds", "12", "--min-clients", "2",
                      "--partitions", "2", NULL};
     pid_t server = procs_spawn_server(sargv, log);
