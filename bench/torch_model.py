@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The fedmoe default model in PyTorch, for the training-throughput comparison.
 
-Same architecture and sizes as common/src/model.c (docs/model.md): MLP or CNN
+Same architecture and sizes as common/learn/src/model.c (docs/model.md): MLP or CNN
 stem, 2 MoE blocks (1 generalist + 2 specialists, top-2 of softmax over the kept
 logits, sparse dispatch per expert), load-balancing term, LayerNorm feature,
 frozen class-text encoder, local prompt, 4 frozen non-local prompts, 8-head

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The fedmoe text model in PyTorch, for the training-throughput comparison.
 
-Same architecture and sizes as common/src/model_text.c (docs/model.md "The text
+Same architecture and sizes as common/learn/src/model_text.c (docs/model.md "The text
 model"): byte and position embeddings (d 128, context 32 by default), 2 blocks of
 pre-LayerNorm causal self-attention (4 heads, one stacked QKV projection) and
 the MoE layer of bench/torch_model.py (1 generalist + 2 specialists, top-2,

@@ -186,7 +186,7 @@ static fm_status handle_welcome(session_t *s, const Fedmoe__Welcome *w)
     if (s->run_id[0])
         fm_info("the coordinator now runs %s; leaving run %s", w->run_id, s->run_id);
     drop_run(s);
-    if (!fm_wire_valid_id(w->run_id, strlen(w->run_id))) {
+    if (!fm_id_valid(w->run_id, strlen(w->run_id))) {
         fm_error_set("welcome with an unusable run id");
         return FM_ERR_FORMAT;
     }

@@ -81,7 +81,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         break;
     }
     case FEDMOE__ENVELOPE__BODY_HELLO:
-        (void)fm_wire_valid_id(env->hello->client_id, strlen(env->hello->client_id));
+        (void)fm_id_valid(env->hello->client_id, strlen(env->hello->client_id));
         break;
     default: break;
     }

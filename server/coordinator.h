@@ -63,7 +63,7 @@ fm_status fm_coordinator_new(fm_coordinator_t **out, const fm_server_config_t *c
 /* Closes the database (the run stays as last marked). Safe on NULL. */
 void fm_coordinator_destroy(fm_coordinator_t **c);
 
-/* One message of len bytes from client id (a valid id, fm_wire_valid_id) at time
+/* One message of len bytes from client id (a valid id, fm_id_valid) at time
  * now (monotonic seconds). Bad messages get an Error reply; nothing is fatal.
  * Returns FM_ERR_FORMAT for a message that could not be read (it did not decode,
  * or is no message a coordinator takes): what no honest client sends, for the

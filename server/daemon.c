@@ -69,7 +69,7 @@ static fm_status send_zmq(void *user, const char *id, const fm_frame_t *f, int n
 static bool key_id(const fm_zap_t *zap, zmq_msg_t *msg, char id[64])
 {
     const char *user = zmq_msg_gets(msg, "User-Id");
-    if (!user || !fm_wire_valid_id(user, strlen(user)))
+    if (!user || !fm_id_valid(user, strlen(user)))
         return false; /* (the handler names every admitted connection) */
     snprintf(id, 64, "%s", user);
     if (fm_zap_allows(zap, id, zmq_msg_gets(msg, "X-Key")))
@@ -134,7 +134,7 @@ static bool drain(fm_coordinator_t *c, daemon_t *d, fm_zap_t *zap)
         bool ok = have;
         if (ok && zap) {
             ok = key_id(zap, &msg, id) && fm_routes_set(d->routes, id, zmq_msg_data(&idm), idn) == FM_OK;
-        } else if (ok && (ok = fm_wire_valid_id(zmq_msg_data(&idm), idn))) {
+        } else if (ok && (ok = fm_id_valid(zmq_msg_data(&idm), idn))) {
             memcpy(id, zmq_msg_data(&idm), idn);
         } else if (have && fm_log_limit_take(&drops, fm_clock_seconds(), DROPS_PER_SECOND, "dropped messages")) {
             fm_warn("dropped a message from a peer without a valid client id (set ZMQ_ROUTING_ID to "

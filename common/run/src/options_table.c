@@ -8,7 +8,7 @@
 #include "fedmoe/args.h"
 #include "fedmoe/log.h"
 #include "fedmoe/runspec.h"
-#include "fedmoe/wire.h"
+#include "fedmoe/id.h"
 
 #define S FM_PROG_SERVER
 #define C FM_PROG_CLIENT
@@ -245,7 +245,7 @@ static fm_status set_partition(fm_options_t *o, const char *flag, const char *v)
 
 static fm_status set_id(fm_options_t *o, const char *flag, const char *v)
 {
-    if (!fm_wire_valid_id(v, strlen(v))) {
+    if (!fm_id_valid(v, strlen(v))) {
         fm_error_set("%s: '%s' must be 1 to 63 of [A-Za-z0-9._-]", flag, v);
         return FM_ERR_ARG;
     }

@@ -12,7 +12,7 @@
  * generated from the run seed / set by the caller and are not parameters.
  *
  * This is the image family. The functions below are the model-family interface:
- * they dispatch on fm_model_config_t.family (common/src/model_family.h says what a
+ * they dispatch on fm_model_config_t.family (common/learn/src/model_family.h says what a
  * family provides), so a second family plugs in without its callers (trainer,
  * client session, coordinator) knowing which one runs. */
 #ifndef FEDMOE_MODEL_H
@@ -29,7 +29,7 @@
 typedef enum { FM_STEM_MLP = 0, FM_STEM_CNN = 1 } fm_stem_kind;
 
 /* Model families: which network the configuration describes. Each family
- * implements the operations below (common/src/model_family.h); callers use these
+ * implements the operations below (common/learn/src/model_family.h); callers use these
  * functions and never ask which family runs. */
 typedef enum { FM_FAMILY_IMAGE = 0, FM_FAMILY_TEXT = 1 } fm_model_family_kind;
 

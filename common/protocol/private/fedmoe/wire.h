@@ -14,6 +14,7 @@
 
 #include "fedmoe.pb-c.h"
 #include "fedmoe/blob.h"
+#include "fedmoe/id.h"
 #include "fedmoe/status.h"
 
 #define FM_PROTOCOL_VERSION 1
@@ -54,8 +55,6 @@ typedef enum {
     FM_WIRE_REJECTED = 9,       /* a valid message the coordinator will not accept (e.g. wrong model) */
 } fm_wire_code;
 
-/* Whether id (n bytes) is a usable client or run id: 1 to 63 of [A-Za-z0-9._-]. */
-bool fm_wire_valid_id(const char *id, size_t n);
 
 /* The code of the last rejection by this module (thread-local). */
 fm_wire_code fm_wire_last_code(void);

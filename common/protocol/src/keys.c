@@ -12,7 +12,7 @@
 #include <zmq.h>
 
 #include "fedmoe/log.h"
-#include "fedmoe/wire.h"
+#include "fedmoe/id.h"
 
 #define KEY_FILE_MAX 4096
 #define ALLOW_MAX 100000
@@ -20,7 +20,7 @@
 fm_status fm_key_generate(fm_key_t *k, const char *id)
 {
     memset(k, 0, sizeof *k);
-    if (!fm_wire_valid_id(id, strlen(id))) {
+    if (!fm_id_valid(id, strlen(id))) {
         fm_error_set("key id '%.63s' is not [A-Za-z0-9._-]{1,63}", id);
         return FM_ERR_ARG;
     }
@@ -108,7 +108,7 @@ static bool key_line(fm_key_t *k, char *line, const char *path, int lineno)
     *eq = 0;
     char *name = trim(s), *value = trim(eq + 1);
     if (!strcmp(name, "id")) {
-        if (!fm_wire_valid_id(value, strlen(value))) {
+        if (!fm_id_valid(value, strlen(value))) {
             fm_error_set("%s:%d: id is not [A-Za-z0-9._-]{1,63}", path, lineno);
             return false;
         }

@@ -14,18 +14,6 @@ static _Thread_local fm_wire_code g_code;
 
 fm_wire_code fm_wire_last_code(void) { return g_code; }
 
-bool fm_wire_valid_id(const char *id, size_t n)
-{
-    if (n == 0 || n > 63)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char ch = id[i];
-        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '-' ||
-              ch == '_' || ch == '.'))
-            return false;
-    }
-    return true;
-}
 
 static fm_status reject(fm_wire_code code)
 {
