@@ -542,3 +542,12 @@ char *procs_bin(const char *name)
 }
 
 bool procs_measure_only(void) { return getenv("FEDMOE_MEASURE_ONLY") != NULL; }
+
+long procs_max_message(const char *log)
+{
+    char cmd[700], *out;
+    snprintf(cmd, sizeof cmd, "sed -n 's/.*messages up to \\([0-9]*\\) bytes.*/\\1/p' %s", log);
+    long n = procs_capture(cmd, &out) == 0 ? atol(out) : 0;
+    free(out);
+    return n;
+}

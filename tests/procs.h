@@ -35,6 +35,9 @@ int procs_run_tests(const char *name, const struct CMUnitTest *tests, size_t n, 
 int procs_send_env(void *sock, Fedmoe__Envelope *env);
 /* Sends a Heartbeat on a DEALER. */
 void procs_heartbeat(void *sock);
+/* The largest message a coordinator reads, from its log's first lines (0: not
+ * found). */
+long procs_max_message(const char *log);
 /* Whether a line of the log file contains text. */
 bool procs_log_has(const char *log, const char *text);
 /* A loopback TCP port free now (the kernel's choice): tests running side by

@@ -1,4 +1,4 @@
-#include "zmtp_curve.h"
+#include "zmtp.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -27,6 +27,48 @@ static bool write_all(int fd, const void *buf, size_t len)
         len -= (size_t)n;
     }
     return true;
+}
+
+int zmtp_tcp_connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+int zmtp_null_peer(int port, const char *id)
+{
+    int fd = zmtp_tcp_connect(port);
+    if (fd < 0)
+        return -1;
+    uint8_t greet[64] = {0xff, 0, 0, 0, 0, 0, 0, 0, 1, 0x7f, 3, 0, 'N', 'U', 'L', 'L'};
+    uint8_t cmd[128], *p = cmd + 2;
+    size_t idn = strlen(id) < 64 ? strlen(id) : 64;
+    *p++ = 5;
+    memcpy(p, "READY", 5), p += 5;
+    *p++ = 11;
+    memcpy(p, "Socket-Type", 11), p += 11;
+    *p++ = 0, *p++ = 0, *p++ = 0, *p++ = 6;
+    memcpy(p, "DEALER", 6), p += 6;
+    *p++ = 8;
+    memcpy(p, "Identity", 8), p += 8;
+    *p++ = 0, *p++ = 0, *p++ = 0, *p++ = (uint8_t)idn;
+    memcpy(p, id, idn), p += idn;
+    cmd[0] = 0x04;
+    cmd[1] = (uint8_t)(p - cmd - 2);
+    uint8_t msg[] = {0x00, 3, 'a', 'b', 'c'};
+    uint8_t peer_greet[64];
+    if (!write_all(fd, greet, sizeof greet) || recv(fd, peer_greet, sizeof peer_greet, MSG_WAITALL) != (ssize_t)sizeof peer_greet ||
+        !write_all(fd, cmd, (size_t)(p - cmd)) || !write_all(fd, msg, sizeof msg)) {
+        close(fd);
+        return -1;
+    }
+    return fd;
 }
 
 /* A frame: flags (0x04 a command, 0x02 a long size), its size, its body. */
@@ -88,14 +130,9 @@ bool zmtp_curve_connect(zmtp_curve_t *z, int port, const char *rid, const char *
         !zmq_z85_decode(S, server_pub_z85))
         return false;
     crypto_box_keypair(Ct, ct);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        if (fd >= 0)
-            close(fd);
+    int fd = zmtp_tcp_connect(port);
+    if (fd < 0)
         return false;
-    }
     z->fd = fd;
     /* greeting: signature, version 3.0, mechanism CURVE, as-server 0 */
     uint8_t greet[64] = {0xff, 0, 0, 0, 0, 0, 0, 0, 1, 0x7f, 3, 0, 'C', 'U', 'R', 'V', 'E'};

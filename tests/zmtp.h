@@ -1,15 +1,23 @@
-/* zmtp_curve.h - a ZMTP 3.0 CURVE client written by hand on a TCP socket
- * (CurveZMQ, RFC 26; the frames as libzmq 4.3 writes them), for tests that
- * must send what libzmq never sends: part of a multipart message and never its
- * end. libzmq hands the I/O thread a multipart message only once its last
- * frame is queued, so no libzmq client can do this; a compromised client can.
- * Crypto from libsodium (the library libzmq's own CURVE uses). */
-#ifndef FEDMOE_TEST_ZMTP_CURVE_H
-#define FEDMOE_TEST_ZMTP_CURVE_H
+/* zmtp.h - ZMTP 3.0 peers written by hand on a TCP socket, for tests that must
+ * send what libzmq never sends: part of a multipart message and never its end
+ * (libzmq hands the I/O thread a multipart message only once its last frame is
+ * queued, so no libzmq client can do this; a compromised client can), or a
+ * reset at a chosen moment. A NULL peer (no security), and a CURVE client
+ * (CurveZMQ, RFC 26; the frames as libzmq 4.3 writes them) on libsodium, the
+ * library libzmq's own CURVE uses. */
+#ifndef FEDMOE_TEST_ZMTP_H
+#define FEDMOE_TEST_ZMTP_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* A TCP connection to 127.0.0.1:port, or -1. */
+int zmtp_tcp_connect(int port);
+
+/* A NULL-mechanism peer on 127.0.0.1:port: greeting, READY as a DEALER with
+ * routing id `id`, one message frame ("abc"). Returns the fd (or -1). */
+int zmtp_null_peer(int port, const char *id);
 
 typedef struct {
     int fd;
