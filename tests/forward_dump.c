@@ -1,0 +1,141 @@
+/* forward_dump: the image model's forward pass, written out for a second
+ * implementation to reproduce (tests/forward_reference.py, against the NumPy
+ * model of examples/python written from the docs alone). In OUTDIR:
+ *   spec.json    the model's settings (the ModelSpec field names), seed, partition
+ *   init.bin     every parameter as initialised from (seed, partition), registry order
+ *   params.bin   the same parameters moved off their initial values (seeded), used below
+ *   x.bin        N inputs (N x in_dim), y.bin their labels (N bytes)
+ *   nonlocal.bin K non-local prompts (K x prompt_len x prompt_dim)
+ *   logits0.bin  the logits (N x classes) without non-local prompts,
+ *   logitsK.bin  and with the K prompts (through the attention gating)
+ *   names.txt    the parameters' names, rows and cols, registry order
+ * All floats little-endian float32.
+ *   forward_dump OUTDIR */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fedmoe/model.h"
+#include "fedmoe/rng.h"
+
+enum { N = 24, K = 3, SEED = 11, PARTITION = 5 };
+
+static int write_file(const char *dir, const char *name, const void *data, size_t len)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(data, 1, len, f) != len || fclose(f) != 0) {
+        fprintf(stderr, "forward_dump: cannot write %s\n", path);
+        return -1;
+    }
+    return 0;
+}
+
+/* Every parameter's values in registry order into one buffer. */
+static float *all_params(fm_params_t *ps, size_t *n)
+{
+    size_t total = 0;
+    for (int i = 0; i < ps->count; i++)
+        total += ps->params[i].size;
+    float *out = malloc(total * sizeof *out), *p = out;
+    for (int i = 0; out && i < ps->count; i++) {
+        const fm_param_t *q = &ps->params[i];
+        memcpy(p, ps->groups[q->group].w + q->offset, q->size * sizeof *p);
+        p += q->size;
+    }
+    *n = total;
+    return out;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: forward_dump OUTDIR\n");
+        return 2;
+    }
+    const char *dir = argv[1];
+    fm_model_config_t c;
+    fm_model_config_default(&c);
+    c.gating = true;
+    fm_model_t *m = NULL;
+    if (fm_model_new(&m, &c, SEED, fm_rng_stream(FM_STREAM_LOCAL, PARTITION)) != FM_OK)
+        return 1;
+    fm_params_t *ps = fm_model_params(m);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/names.txt", dir);
+    FILE *nf = fopen(path, "w");
+    if (!nf)
+        return 1;
+    for (int i = 0; i < ps->count; i++)
+        fprintf(nf, "%s %d %d\n", ps->params[i].name, ps->params[i].rows, ps->params[i].cols);
+    fclose(nf);
+    snprintf(path, sizeof path, "%s/spec.json", dir);
+    FILE *sf = fopen(path, "w");
+    if (!sf)
+        return 1;
+    fprintf(sf, "{\"seed\": %d, \"partition\": %d, \"in_dim\": %d, \"classes\": %d, \"stem\": \"%s\", \"d\": %d, "
+                "\"blocks\": %d, \"generalists\": %d, \"specialists\": %d, \"ffn_hidden\": %d, \"top_k\": %d, "
+                "\"lb_weight\": %.9g, \"generalist_importance\": %.9g, \"prompt_len\": %d, \"prompt_dim\": %d, "
+                "\"text_hidden\": %d, \"heads\": %d, \"max_nonlocal\": %d, \"attn_scale\": %.9g, \"lambda\": %.9g, "
+                "\"tau\": %.9g, \"gating\": true, \"gating_on_validation\": %s, \"shared\": \"%s\", "
+                "\"gating_shared\": %s}\n",
+            SEED, PARTITION, c.in_dim, c.classes, fm_stem_name(c.stem), c.d, c.blocks, c.generalists, c.specialists,
+            c.ffn_hidden, c.top_k, c.lb_weight, c.generalist_importance, c.prompt_len, c.prompt_dim, c.text_hidden,
+            c.heads, c.max_nonlocal, c.attn_scale, c.lambda, c.tau, c.gating_on_validation ? "true" : "false",
+            fm_shared_name(c.shared), c.gating_shared ? "true" : "false");
+    fclose(sf);
+    size_t np;
+    float *p0 = all_params(ps, &np);
+    if (!p0 || write_file(dir, "init.bin", p0, np * sizeof *p0) != 0)
+        return 1;
+    free(p0);
+    /* off the initial values (zero biases, unit gains), so that every term of
+     * the forward pass counts */
+    fm_rng_t r;
+    fm_rng_init(&r, 99, 1);
+    for (int i = 0; i < ps->count; i++) {
+        const fm_param_t *q = &ps->params[i];
+        float *w = ps->groups[q->group].w + q->offset;
+        for (size_t j = 0; j < q->size; j++)
+            w[j] += 0.2f * (fm_rng_uniform(&r) - 0.5f);
+    }
+    float *p1 = all_params(ps, &np);
+    if (!p1 || write_file(dir, "params.bin", p1, np * sizeof *p1) != 0)
+        return 1;
+    free(p1);
+    fm_dataset_t ds = {.n = N, .dim = c.in_dim, .classes = c.classes};
+    ds.x = malloc((size_t)N * c.in_dim * sizeof *ds.x);
+    ds.y = malloc(N);
+    float *nl = malloc((size_t)K * c.prompt_len * c.prompt_dim * sizeof *nl);
+    float *logits = malloc((size_t)N * c.classes * sizeof *logits);
+    if (!ds.x || !ds.y || !nl || !logits)
+        return 1;
+    for (size_t j = 0; j < (size_t)N * c.in_dim; j++)
+        ds.x[j] = (float)fm_rng_normal(&r);
+    for (int j = 0; j < N; j++)
+        ds.y[j] = (uint8_t)(fm_rng_u32(&r) % (uint32_t)c.classes);
+    for (size_t j = 0; j < (size_t)K * c.prompt_len * c.prompt_dim; j++)
+        nl[j] = 0.1f * (float)fm_rng_normal(&r);
+    fm_batch_t b = {.ds = &ds, .idx = NULL, .first = 0, .n = N};
+    fm_batch_stats_t st;
+    if (write_file(dir, "x.bin", ds.x, (size_t)N * c.in_dim * sizeof *ds.x) != 0 ||
+        write_file(dir, "y.bin", ds.y, N) != 0 ||
+        write_file(dir, "nonlocal.bin", nl, (size_t)K * c.prompt_len * c.prompt_dim * sizeof *nl) != 0)
+        return 1;
+    fm_model_forward(m, &b, true, logits, &st);
+    if (write_file(dir, "logits0.bin", logits, (size_t)N * c.classes * sizeof *logits) != 0)
+        return 1;
+    if (fm_model_set_nonlocal(m, nl, K) != FM_OK)
+        return 1;
+    fm_model_forward(m, &b, true, logits, &st);
+    if (write_file(dir, "logitsK.bin", logits, (size_t)N * c.classes * sizeof *logits) != 0)
+        return 1;
+    printf("forward_dump: %d parameters (%zu floats), %d inputs, %d non-local prompts\n", ps->count, np, N, K);
+    free(ds.x);
+    free(ds.y);
+    free(nl);
+    free(logits);
+    fm_model_destroy(&m);
+    return 0;
+}
