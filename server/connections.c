@@ -321,6 +321,21 @@ void fm_conns_heard(fm_conns_t *c, int fd, const char *id, double now)
         own(c, fd, k, id, now);
 }
 
+/* What one address's connections that have delivered nothing hold together
+ * is bounded like one key's connections: per_key backlogs. Adds k's bytes
+ * (got since its accept) to its address's sum for this check; true when they
+ * would take the sum past the bound (and then they are not added: k is shut). */
+static bool address_over(fm_conns_t *c, const conn_t *k, uint64_t got)
+{
+    if (k->bucket < 0 || got <= k->base)
+        return false;
+    uint64_t sum = c->pending_bytes[k->bucket] + (got - k->base);
+    if (sum > (uint64_t)c->per_key * c->backlog)
+        return true;
+    c->pending_bytes[k->bucket] = sum;
+    return false;
+}
+
 void fm_conns_check(fm_conns_t *c, double now, bool caught_up)
 {
     /* deadlines count while every waiting message is being read: caught up
@@ -342,14 +357,6 @@ void fm_conns_check(fm_conns_t *c, double now, bool caught_up)
         if (!k->open || !received(fd, &got, &idle))
             continue;
         double quiet = now - k->heard_at;
-        /* what one address's connections that have delivered nothing hold
-         * together is bounded like one key's connections: per_key backlogs */
-        uint64_t unheard = got > k->base ? got - k->base : 0;
-        bool address_over = false;
-        if (!k->heard && k->bucket >= 0) {
-            c->pending_bytes[k->bucket] += unheard;
-            address_over = c->pending_bytes[k->bucket] > (uint64_t)c->per_key * c->backlog;
-        }
         if (k->heard) { /* (everything received so far may have been its messages) */
             k->heard = false;
             k->base = got;
@@ -378,8 +385,7 @@ void fm_conns_check(fm_conns_t *c, double now, bool caught_up)
                      "message?), more than the %llu allowed",
                      (unsigned long long)(got - k->base), (unsigned long long)c->backlog);
             cut(c, k, fd, now, why);
-        } else if (address_over) {
-            c->pending_bytes[k->bucket] -= unheard;
+        } else if (address_over(c, k, got)) {
             char why[200];
             snprintf(why, sizeof why, "its address's connections that have not completed a message hold more than "
                      "%llu bytes together (unfinished multipart messages?)",
