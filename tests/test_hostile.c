@@ -155,8 +155,10 @@ static void attack_many_connections(const char *ep, const char *log, pid_t serve
     /* every connection that has not sent a message (its handshake put off and
      * tried again) counts against its address's 64; those that have, against
      * its key's 4 */
-    CHECK(most <= base_fds + 64 + 4 + 8); /* (and the newcomer, and a few shut, not yet closed by libzmq) */
-    CHECK(late <= base_fds + 64 + 4 + 8);
+    /* (and the newcomer, and some shut, not yet closed by libzmq: up to 8 in the
+     * normal build, 9 or more under the sanitizers, which slow libzmq's closing) */
+    CHECK(most <= base_fds + 64 + 4 + 16);
+    CHECK(late <= base_fds + 64 + 4 + 16);
     CHECK(procs_log_has(log, "opened a connection beyond the 4 it may hold"));
 }
 
