@@ -84,6 +84,30 @@ static uint64_t hash(const char *s)
     return h;
 }
 
+/* Starts the table afresh (full buckets for everyone), but for the ids held
+ * at now, which keep their holds: a flood of new ids cannot end a hold. At most
+ * max_ids are held at once (they are ids of the table), so they fit. */
+static void reset(fm_budget_t *b, double now)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < b->cap; i++)
+        if (b->e[i].id[0] && now < b->e[i].held_until)
+            b->e[kept++] = b->e[i]; /* (kept <= i: moved toward the front) */
+    entry_t *held = kept ? malloc(kept * sizeof *held) : NULL;
+    if (held)
+        memcpy(held, b->e, kept * sizeof *held);
+    memset(b->e, 0, b->cap * sizeof *b->e);
+    b->used = 0;
+    for (size_t j = 0; held && j < kept; j++) {
+        size_t i = hash(held[j].id) & (b->cap - 1);
+        while (b->e[i].id[0])
+            i = (i + 1) & (b->cap - 1);
+        b->e[i] = held[j];
+        b->used++;
+    }
+    free(held);
+}
+
 /* id's entry, made (full buckets) if new. */
 static entry_t *find(fm_budget_t *b, const char *id, double now)
 {
@@ -104,10 +128,9 @@ static entry_t *find(fm_budget_t *b, const char *id, double now)
             b->used++;
             return e;
         }
-        memset(b->e, 0, b->cap * sizeof *b->e);
-        b->used = 0;
+        reset(b, now);
     }
-    return NULL; /* (not reached: an empty table has room) */
+    return NULL; /* (not reached: a reset table has room) */
 }
 
 bool fm_budget_take(fm_budget_t *b, const char *id, fm_budget_kind kind, double now)

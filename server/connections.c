@@ -32,6 +32,9 @@ typedef struct {
     int bucket;     /* its address's pending count, while it has delivered nothing; -1 after */
     char addr[64];
     char owner[64]; /* "" until its first message */
+    uint64_t got;   /* at the current check: bytes the kernel has received from it, */
+    uint32_t idle;  /* and ms since it last received any */
+    bool measured;  /* (false: not TCP, or gone) */
 } conn_t;
 
 struct fm_conns {
@@ -322,18 +325,21 @@ void fm_conns_heard(fm_conns_t *c, int fd, const char *id, double now)
 }
 
 /* What one address's connections that have delivered nothing hold together
- * is bounded like one key's connections: per_key backlogs. Adds k's bytes
- * (got since its accept) to its address's sum for this check; true when they
- * would take the sum past the bound (and then they are not added: k is shut). */
-static bool address_over(fm_conns_t *c, const conn_t *k, uint64_t got)
+ * is bounded like one key's connections: per_key backlogs. When its sum (this
+ * check's, pending_bytes) is past that, a connection holding more than its
+ * share (the bound over the address's connections yet to speak) is shut, and
+ * its bytes leave the sum: the connections holding the bytes go, not one in the
+ * middle of its handshake. */
+static bool address_over(fm_conns_t *c, const conn_t *k)
 {
-    if (k->bucket < 0 || got <= k->base)
+    uint64_t bound = (uint64_t)c->per_key * c->backlog;
+    if (k->bucket < 0 || k->got <= k->base || c->pending_bytes[k->bucket] <= bound)
         return false;
-    uint64_t sum = c->pending_bytes[k->bucket] + (got - k->base);
-    if (sum > (uint64_t)c->per_key * c->backlog)
-        return true;
-    c->pending_bytes[k->bucket] = sum;
-    return false;
+    uint64_t mine = k->got - k->base, share = bound / (c->pending[k->bucket] ? c->pending[k->bucket] : 1);
+    if (mine <= share)
+        return false;
+    c->pending_bytes[k->bucket] -= mine;
+    return true;
 }
 
 void fm_conns_check(fm_conns_t *c, double now, bool caught_up)
@@ -348,13 +354,21 @@ void fm_conns_check(fm_conns_t *c, double now, bool caught_up)
     if (now - c->last_check < every)
         return;
     c->last_check = now;
+    /* first what each connection has received, and each address's sum over
+     * its connections yet to speak */
     memset(c->pending_bytes, 0, sizeof c->pending_bytes);
     for (int fd = 0; fd < c->nfd; fd++) {
         conn_t *k = &c->by_fd[fd];
-        uint64_t got;
-        uint32_t idle;
+        k->measured = k->open && received(fd, &k->got, &k->idle);
+        if (k->measured && !k->heard && k->bucket >= 0 && k->got > k->base)
+            c->pending_bytes[k->bucket] += k->got - k->base;
+    }
+    for (int fd = 0; fd < c->nfd; fd++) {
+        conn_t *k = &c->by_fd[fd];
+        uint64_t got = k->got;
+        uint32_t idle = k->idle;
         int unread = 0;
-        if (!k->open || !received(fd, &got, &idle))
+        if (!k->open || !k->measured)
             continue;
         double quiet = now - k->heard_at;
         if (k->heard) { /* (everything received so far may have been its messages) */
@@ -385,7 +399,7 @@ void fm_conns_check(fm_conns_t *c, double now, bool caught_up)
                      "message?), more than the %llu allowed",
                      (unsigned long long)(got - k->base), (unsigned long long)c->backlog);
             cut(c, k, fd, now, why);
-        } else if (address_over(c, k, got)) {
+        } else if (address_over(c, k)) {
             char why[200];
             snprintf(why, sizeof why, "its address's connections that have not completed a message hold more than "
                      "%llu bytes together (unfinished multipart messages?)",

@@ -397,8 +397,10 @@ fm_status fm_coordinator_handle(fm_coordinator_t *c, const char *id, const uint8
     Fedmoe__Envelope *env = NULL;
     fm_coord_set_now(c, now);
     if (fm_wire_decode(data, len, c->max_message, &env) != FM_OK) {
-        fm_coord_send_error(c, id, fm_wire_last_code(), fm_error_last());
-        return FM_ERR_FORMAT;
+        fm_wire_code code = fm_wire_last_code();
+        fm_coord_send_error(c, id, code, fm_error_last());
+        /* (another protocol version is a client to upgrade, told why, not an attacker) */
+        return code == FM_WIRE_VERSION ? FM_OK : FM_ERR_FORMAT;
     }
     fm_status st = FM_OK;
     int slot = fm_registry_find(c->reg, id);
@@ -435,9 +437,8 @@ fm_status fm_coordinator_handle(fm_coordinator_t *c, const char *id, const uint8
         if (known)
             participant_failed(c, slot);
         break;
-    default:
+    default: /* (a body a newer client may send: refused, not counted against its key) */
         fm_coord_send_error(c, id, FM_WIRE_MALFORMED, "a coordinator takes hello, update, heartbeat and error messages");
-        st = FM_ERR_FORMAT;
         break;
     }
     fm_wire_free(env);

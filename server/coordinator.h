@@ -65,9 +65,10 @@ void fm_coordinator_destroy(fm_coordinator_t **c);
 
 /* One message of len bytes from client id (a valid id, fm_id_valid) at time
  * now (monotonic seconds). Bad messages get an Error reply; nothing is fatal.
- * Returns FM_ERR_FORMAT for a message that could not be read (it did not decode,
- * or is no message a coordinator takes): what no honest client sends, for the
- * driver to count against the sender (zap.h); FM_OK otherwise, refused or not. */
+ * Returns FM_ERR_FORMAT for a message that could not be decoded (malformed, or
+ * too large or too costly to decode): what no honest client sends, for the
+ * driver to count against the sender (zap.h); FM_OK otherwise, refused or not
+ * (another protocol version, or a body it does not take, is refused only). */
 fm_status fm_coordinator_handle(fm_coordinator_t *c, const char *id, const uint8_t *data, size_t len, double now);
 /* Time-driven work: clients gone silent, the round's deadline, starting the next
  * round, finishing the run. Returns FM_OK, or a fatal error (the database). */

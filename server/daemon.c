@@ -144,7 +144,10 @@ static bool drain(fm_coordinator_t *c, daemon_t *d, fm_zap_t *zap)
         if (have)
             fm_conns_heard(d->conns, zmq_msg_get(&msg, ZMQ_SRCFD), ok ? id : NULL, now);
         if (ok && zap && fm_zap_held(zap, id, now)) {
-            /* dropped unread: what it sent before its connections were closed */
+            /* dropped unread, and its connection closed: what it sent before
+             * the hold closed its connections, or on a connection that had
+             * not spoken yet then (heard above: its own now) */
+            fm_conns_cut_owner(d->conns, id, now, "its key is held: it sent messages that could not be read");
         } else if (ok && extra) {
             uint8_t *buf;
             size_t len;

@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -300,6 +301,16 @@ static void test_budget_hold(void **state)
     fm_budget_hold(b, "k1", 40.0, 30.0);
     assert_true(fm_budget_held(b, "k1", 50.0));
     assert_false(fm_budget_held(b, "k1", 60.0));
+    /* a flood of new ids starts the table afresh (16 ids here), but not a hold */
+    fm_budget_hold(b, "k1", 200.0, 100.0);
+    for (int i = 0; i < 100; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "new%d", i);
+        assert_true(fm_budget_take(b, id, FM_BUDGET_UNREADABLE, 100.0));
+        assert_false(fm_budget_held(b, id, 100.0));
+    }
+    assert_true(fm_budget_held(b, "k1", 150.0));
+    assert_false(fm_budget_held(b, "k1", 200.0));
     fm_budget_free(&b);
 }
 

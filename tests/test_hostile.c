@@ -229,6 +229,11 @@ static void attack_costly_messages(const char *ep, const char *log, const char *
         buf[len++] = 0x3e;
         buf[len++] = 0x00;
     }
+    peer_t quiet = peer_new("c6-quiet", 404); /* (connected before the hold, silent until after it) */
+    procs_secure_client(quiet.sock, "c6");
+    zmq_connect(quiet.sock, ep);
+    int ev;
+    CHECK(peer_event(&quiet, 10, &ev) == ZMQ_EVENT_HANDSHAKE_SUCCEEDED);
     int rounds = procs_committed_rounds(db);
     long rss0 = procs_rss_kb(server), peak = rss0;
     double t0 = fm_clock_seconds();
@@ -246,6 +251,14 @@ static void attack_costly_messages(const char *ep, const char *log, const char *
         peak = now > peak ? now : peak;
         usleep(100000);
     }
+    /* a connection of the key that had not spoken when the hold began: its
+     * first message is dropped and the connection closed */
+    for (int i = 0; i < 20; i++)
+        zmq_send(quiet.sock, buf, len, ZMQ_DONTWAIT);
+    bool quiet_closed = false;
+    for (int i = 0; i < 100 && !(quiet_closed = procs_log_has(log, "its key is held: it sent messages")); i++)
+        usleep(100000);
+    peer_free(&quiet);
     newcomer_welcomed(ep, 410, 10.0);
     int after = procs_committed_rounds(db);
     fprintf(stderr, "  %ld costly messages of 2.8 MB on 4 connections in %.0f s: coordinator RSS %ld -> peak %ld kB; "
@@ -258,6 +271,7 @@ static void attack_costly_messages(const char *ep, const char *log, const char *
             normal > 0 ? during / normal : 0.0, normal);
     CHECK(procs_log_has(log, "would take"));
     CHECK(procs_log_has(log, "client c6 sent more messages that could not be read than it may: its key is held"));
+    CHECK(quiet_closed);
     CHECK(after > rounds);
     CHECK(during <= 2.0 * normal + 0.5); /* (the goal: within twice their normal time; 0.5 s for a round's jitter) */
 #ifndef __SANITIZE_ADDRESS__ /* (AddressSanitizer's quarantine makes RSS no measure) */
