@@ -85,27 +85,28 @@ static uint64_t hash(const char *s)
 }
 
 /* Starts the table afresh (full buckets for everyone), but for the ids held
- * at now, which keep their holds: a flood of new ids cannot end a hold. At most
- * max_ids are held at once (they are ids of the table), so they fit. */
+ * at now, which keep their holds: a flood of new ids cannot end a hold. The held
+ * entries are rehashed into a fresh table (they are at most max_ids, so they
+ * fit); without memory for it, everything starts afresh. */
 static void reset(fm_budget_t *b, double now)
 {
-    size_t kept = 0;
-    for (size_t i = 0; i < b->cap; i++)
-        if (b->e[i].id[0] && now < b->e[i].held_until)
-            b->e[kept++] = b->e[i]; /* (kept <= i: moved toward the front) */
-    entry_t *held = kept ? malloc(kept * sizeof *held) : NULL;
-    if (held)
-        memcpy(held, b->e, kept * sizeof *held);
-    memset(b->e, 0, b->cap * sizeof *b->e);
+    entry_t *old = b->e, *fresh = calloc(b->cap, sizeof *fresh);
     b->used = 0;
-    for (size_t j = 0; held && j < kept; j++) {
-        size_t i = hash(held[j].id) & (b->cap - 1);
-        while (b->e[i].id[0])
+    if (!fresh) {
+        memset(old, 0, b->cap * sizeof *old);
+        return;
+    }
+    for (size_t j = 0; j < b->cap; j++) {
+        if (!old[j].id[0] || now >= old[j].held_until)
+            continue;
+        size_t i = hash(old[j].id) & (b->cap - 1);
+        while (fresh[i].id[0])
             i = (i + 1) & (b->cap - 1);
-        b->e[i] = held[j];
+        fresh[i] = old[j];
         b->used++;
     }
-    free(held);
+    b->e = fresh;
+    free(old);
 }
 
 /* id's entry, made (full buckets) if new. */

@@ -18,6 +18,7 @@ struct fm_zap {
     char dir[1024];
     fm_allowlist_t *allow;
     fm_budget_t *budget;     /* handshakes per key: a key cannot open connections as fast as it likes */
+    double holds_end;        /* when the last hold ends: until then fm_zap_held looks the id up */
     fm_log_limit_t refusals; /* at most REFUSALS_PER_SECOND logged */
 };
 
@@ -114,7 +115,7 @@ void fm_zap_handle(fm_zap_t *z)
         if (n >= 2) {
             double now = fm_clock_seconds();
             fm_budget_flush(z->budget, now);
-            if (id && fm_budget_held(z->budget, id, now)) {
+            if (id && fm_zap_held(z, id, now)) {
                 send_reply(z->sock, &f[1], "300", "this key sent messages that could not be read: try again later",
                            "", NULL);
             } else if (id && !fm_budget_take(z->budget, id, FM_BUDGET_HANDSHAKE, now)) {
@@ -162,13 +163,18 @@ bool fm_zap_allows(const fm_zap_t *z, const char *id, const char *key_z85)
 
 bool fm_zap_unreadable(fm_zap_t *z, const char *id, double now)
 {
-    if (fm_budget_held(z->budget, id, now) || fm_budget_take(z->budget, id, FM_BUDGET_UNREADABLE, now))
+    if (fm_zap_held(z, id, now) || fm_budget_take(z->budget, id, FM_BUDGET_UNREADABLE, now))
         return false;
     fm_budget_hold(z->budget, id, now + FM_ZAP_HOLD_S, now);
+    z->holds_end = now + FM_ZAP_HOLD_S;
     return true;
 }
 
-bool fm_zap_held(fm_zap_t *z, const char *id, double now) { return fm_budget_held(z->budget, id, now); }
+/* (asked of every message: while no key is held, a comparison, no lookup) */
+bool fm_zap_held(fm_zap_t *z, const char *id, double now)
+{
+    return now < z->holds_end && fm_budget_held(z->budget, id, now);
+}
 
 void fm_zap_close(fm_zap_t **z)
 {

@@ -1,7 +1,8 @@
 /* forward_dump: the image model's forward pass, written out for a second
  * implementation to reproduce (tests/forward_reference.py, against the NumPy
  * model of examples/python written from the docs alone). In OUTDIR:
- *   spec.json    the model's settings (the ModelSpec field names), seed, partition
+ *   spec.json    the run spec as the round log keeps it (fm_run_spec_json: its
+ *                "model" has the ModelSpec field names), and client_partition
  *   init.bin     every parameter as initialised from (seed, partition), registry order
  *   params.bin   the same parameters moved off their initial values (seeded), used below
  *   x.bin        N inputs (N x in_dim), y.bin their labels (N bytes)
@@ -17,6 +18,7 @@
 
 #include "fedmoe/model.h"
 #include "fedmoe/rng.h"
+#include "fedmoe/runspec.h"
 
 enum { N = 24, K = 3, SEED = 11, PARTITION = 5 };
 
@@ -55,9 +57,13 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *dir = argv[1];
-    fm_model_config_t c;
-    fm_model_config_default(&c);
-    c.gating = true;
+    fm_run_spec_t spec;
+    fm_run_spec_default(&spec);
+    spec.seed = SEED;
+    if (fm_run_spec_finish(&spec) != FM_OK)
+        return 1;
+    spec.model.gating = true;
+    const fm_model_config_t c = spec.model;
     fm_model_t *m = NULL;
     if (fm_model_new(&m, &c, SEED, fm_rng_stream(FM_STREAM_LOCAL, PARTITION)) != FM_OK)
         return 1;
@@ -70,21 +76,13 @@ int main(int argc, char **argv)
     for (int i = 0; i < ps->count; i++)
         fprintf(nf, "%s %d %d\n", ps->params[i].name, ps->params[i].rows, ps->params[i].cols);
     fclose(nf);
-    snprintf(path, sizeof path, "%s/spec.json", dir);
-    FILE *sf = fopen(path, "w");
-    if (!sf)
+    char json[4096];
+    size_t jn = fm_run_spec_json(&spec, json, sizeof json);
+    if (jn == 0 || jn >= sizeof json - 32)
         return 1;
-    fprintf(sf, "{\"seed\": %d, \"partition\": %d, \"in_dim\": %d, \"classes\": %d, \"stem\": \"%s\", \"d\": %d, "
-                "\"blocks\": %d, \"generalists\": %d, \"specialists\": %d, \"ffn_hidden\": %d, \"top_k\": %d, "
-                "\"lb_weight\": %.9g, \"generalist_importance\": %.9g, \"prompt_len\": %d, \"prompt_dim\": %d, "
-                "\"text_hidden\": %d, \"heads\": %d, \"max_nonlocal\": %d, \"attn_scale\": %.9g, \"lambda\": %.9g, "
-                "\"tau\": %.9g, \"gating\": true, \"gating_on_validation\": %s, \"shared\": \"%s\", "
-                "\"gating_shared\": %s}\n",
-            SEED, PARTITION, c.in_dim, c.classes, fm_stem_name(c.stem), c.d, c.blocks, c.generalists, c.specialists,
-            c.ffn_hidden, c.top_k, c.lb_weight, c.generalist_importance, c.prompt_len, c.prompt_dim, c.text_hidden,
-            c.heads, c.max_nonlocal, c.attn_scale, c.lambda, c.tau, c.gating_on_validation ? "true" : "false",
-            fm_shared_name(c.shared), c.gating_shared ? "true" : "false");
-    fclose(sf);
+    jn += (size_t)snprintf(json + jn - 1, sizeof json - jn + 1, ",\"client_partition\":%d}\n", PARTITION) - 1;
+    if (write_file(dir, "spec.json", json, jn) != 0)
+        return 1;
     size_t np;
     float *p0 = all_params(ps, &np);
     if (!p0 || write_file(dir, "init.bin", p0, np * sizeof *p0) != 0)

@@ -28,15 +28,18 @@ import fedmoe_model  # noqa: E402
 with tempfile.TemporaryDirectory(prefix="fedmoe-forward-") as d:
     subprocess.run([dump, d], check=True)
     raw = json.load(open(os.path.join(d, "spec.json")))
-    spec = types.SimpleNamespace(**{k: v for k, v in raw.items() if k != "lambda"})
-    setattr(spec, "lambda", raw["lambda"])
+    model = dict(raw["model"])
+    lam = model.pop("lambda")
+    model.setdefault("gating_shared", False)  # (written only when set)
+    spec = types.SimpleNamespace(**model)
+    setattr(spec, "lambda", lam)
     read = lambda name: np.fromfile(os.path.join(d, name), dtype="<f4")  # noqa: E731
     names = [line.split() for line in open(os.path.join(d, "names.txt"))]
     init, moved, x = read("init.bin"), read("params.bin"), read("x.bin").reshape(-1, spec.in_dim)
     nl = read("nonlocal.bin").reshape(-1, spec.prompt_len, spec.prompt_dim)
     C = spec.classes
 
-    m = fedmoe_model.Model(spec, "full", raw["seed"], raw["partition"])
+    m = fedmoe_model.Model(spec, "full", raw["seed"], raw["client_partition"])
     assert [n for n, _, _ in names] == list(m.p), "the registry's order or names differ from the docs'"
     off, worst_init = 0, 0
     for name, rows, cols in names:
