@@ -19,7 +19,7 @@
 #include "fedmoe/train.h"
 #include "fedmoe/wire.h"
 #include "session.h"
-#include "vhost.h"
+#include "host.h"
 
 /* The options' defaults: the run spec's model and training settings, the
  * session's endpoint and id. Standalone training has no anchor. */
@@ -97,20 +97,18 @@ static int federated(const fm_options_t *o)
     if (fm_options_given(o, "dataset"))
         snprintf(sc.dataset, sizeof sc.dataset, "%s", o->spec->dataset);
     fm_signals_install();
+    fm_host_config_t hc = {.clients = o->virtual_clients, .workers = o->workers,
+                           .first_partition = o->partition_count ? o->partition_index : -1};
     if (o->virtual_clients > 0) {
-        fm_vhost_config_t vc = {.clients = o->virtual_clients, .workers = o->workers,
-                                .first_partition = o->partition_count ? o->partition_index : -1};
-        snprintf(vc.keys, sizeof vc.keys, "%s", o->keys);
+        snprintf(hc.keys, sizeof hc.keys, "%s", o->keys);
         if (o->partition_count && o->partition_index + o->virtual_clients > o->partition_count) {
             fm_error_set("--virtual %d from --partition %d/%d: past the last partition", o->virtual_clients,
                          o->partition_index, o->partition_count);
             return fail();
         }
-        return fm_vhost_run(&sc, &vc, &fm_stop_requested) == FM_OK ? 0 : fail();
+        sc.spill = true; /* (with --state-dir) */
     }
-    if (fm_session_run(&sc, &fm_stop_requested) != FM_OK)
-        return fail();
-    return 0;
+    return fm_host_run(&sc, &hc, &fm_stop_requested) == FM_OK ? 0 : fail();
 }
 
 int main(int argc, char **argv)

@@ -27,7 +27,7 @@
 #include "fedmoe/signals.h"
 #include "fedmoe/spawn.h"
 #include "fedmoe/store.h"
-#include "vhost.h"
+#include "host.h"
 
 
 /* The sibling program `name`: next to this one, or in ../server, ../client. */
@@ -130,7 +130,7 @@ static int setup(sim_t *s)
 }
 
 /* Processes for a few clients, virtual hosts for many (--hosting): as many
- * hosts as the descriptor limit asks (fm_vhost_capacity), the cores shared
+ * hosts as the descriptor limit asks (fm_host_capacity), the cores shared
  * among them. Returns 0, or the exit status. */
 static int choose_hosting(sim_t *s)
 {
@@ -146,7 +146,7 @@ static int choose_hosting(sim_t *s)
     }
     if (!s->hosted)
         return 0;
-    int most = fm_vhost_capacity(limit);
+    int most = fm_host_capacity(limit);
     s->nprocs = (n + most - 1) / most;
     s->per_host = (n + s->nprocs - 1) / s->nprocs;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);

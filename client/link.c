@@ -1,5 +1,4 @@
 #include "link.h"
-#include "vhost.h"
 
 #include <string.h>
 #include <zmq.h>
@@ -10,10 +9,10 @@
 #include "fedmoe/wire.h"
 
 /* Watches sock's CURVE handshakes (s->mon). */
-static fm_status watch_handshakes(fm_link_t *s)
+static fm_status watch_handshakes(fm_link_t *s, const char *id)
 {
-    char ep[128]; /* (unique in a virtual host's shared context) */
-    snprintf(ep, sizeof ep, "inproc://fedmoe-client-handshakes-%s", s->cfg->id);
+    char ep[128];
+    snprintf(ep, sizeof ep, "inproc://fedmoe-client-handshakes-%s", id);
     if (zmq_socket_monitor(s->sock, ep,
                            ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
                                ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0 ||
@@ -32,11 +31,10 @@ static void refused_reason(const fm_link_t *s)
                  s->cfg->connect, s->cfg->key);
 }
 
-fm_status fm_link_check(fm_link_t *s)
+fm_status fm_link_check(fm_link_t *s, double now)
 {
     uint8_t ev[6];
     char addr[256];
-    double now = fm_clock_seconds();
     while (s->mon && zmq_recv(s->mon, ev, sizeof ev, ZMQ_DONTWAIT) == 6) {
         zmq_recv(s->mon, addr, sizeof addr, 0);
         uint16_t e;
@@ -72,21 +70,21 @@ fm_status fm_link_check(fm_link_t *s)
 
 /* CURVE with the client's key pair, talking only to the coordinator's key;
  * plain text only when asked for, with a warning. */
-static fm_status secure_socket(void *sock, const fm_session_config_t *cfg)
+static fm_status secure_socket(void *sock, const fm_session_config_t *cfg, const char *id, const char *key_path)
 {
     if (cfg->insecure) {
         fm_warn("INSECURE: --insecure given: no encryption; the coordinator is not authenticated");
         return FM_OK;
     }
-    if (!cfg->key[0] || !cfg->server_key[0]) {
+    if (!key_path[0] || !cfg->server_key[0]) {
         fm_error_set("no keys: give --key FILE (this client's key pair) and --server-key FILE (the "
                      "coordinator's public key), made with fedmoe-keygen, or --insecure on a trusted network");
         return FM_ERR_ARG;
     }
     fm_key_t own, server;
-    fm_status st = fm_key_read(cfg->key, true, &own);
-    if (st == FM_OK && strcmp(own.id, cfg->id) != 0) {
-        fm_error_set("client id %s, but the key %s belongs to %s", cfg->id, cfg->key, own.id);
+    fm_status st = fm_key_read(key_path, true, &own);
+    if (st == FM_OK && strcmp(own.id, id) != 0) {
+        fm_error_set("client id %s, but the key %s belongs to %s", id, key_path, own.id);
         st = FM_ERR_ARG;
     }
     if (st == FM_OK)
@@ -96,13 +94,14 @@ static fm_status secure_socket(void *sock, const fm_session_config_t *cfg)
     return st == FM_ERR_FORMAT || st == FM_ERR_IO ? FM_ERR_ARG : st;
 }
 
-fm_status fm_link_open(fm_link_t *l, const fm_session_config_t *cfg)
+fm_status fm_link_open(fm_link_t *l, const fm_session_config_t *cfg, const char *id, const char *key_path,
+                       void *shared_ctx)
 {
     memset(l, 0, sizeof *l);
     l->cfg = cfg;
     /* the clients of a virtual host share its context (one I/O thread) */
-    l->ctx = cfg->host ? fm_vhost_zmq(cfg->host) : zmq_ctx_new();
-    l->own_ctx = !cfg->host;
+    l->ctx = shared_ctx ? shared_ctx : zmq_ctx_new();
+    l->own_ctx = !shared_ctx;
     l->sock = l->ctx ? zmq_socket(l->ctx, ZMQ_DEALER) : NULL;
     if (!l->sock) {
         fm_error_set("cannot create a ZeroMQ socket: %s", zmq_strerror(zmq_errno()));
@@ -111,20 +110,20 @@ fm_status fm_link_open(fm_link_t *l, const fm_session_config_t *cfg)
     /* with CURVE the coordinator knows us by our key; the routing id is libzmq's
      * own (a fresh one per connection). Plain, the routing id is the client id. */
     if (cfg->insecure)
-        zmq_setsockopt(l->sock, ZMQ_ROUTING_ID, cfg->id, strlen(cfg->id));
+        zmq_setsockopt(l->sock, ZMQ_ROUTING_ID, id, strlen(id));
     int linger = 2000;
     zmq_setsockopt(l->sock, ZMQ_LINGER, &linger, sizeof linger);
     fm_wire_tune_socket(l->sock);
-    if (cfg->host) {
+    if (shared_ctx) {
         /* no ZMTP heartbeats: thousands of connections share the I/O thread, and
          * libzmq 4.3.4 cancels each heartbeat's timer by a linear search of all
          * of them; the session's own heartbeats show it alive */
         int off = 0;
         zmq_setsockopt(l->sock, ZMQ_HEARTBEAT_IVL, &off, sizeof off);
     }
-    fm_status st = secure_socket(l->sock, cfg);
-    if (st == FM_OK && !cfg->insecure && !cfg->host) /* (a virtual host: two sockets less a client) */
-        st = watch_handshakes(l);
+    fm_status st = secure_socket(l->sock, cfg, id, key_path);
+    if (st == FM_OK && !cfg->insecure && !shared_ctx) /* (a virtual host: two sockets less a client) */
+        st = watch_handshakes(l, id);
     if (st != FM_OK)
         return st;
     if (zmq_connect(l->sock, cfg->connect) != 0) {
@@ -132,6 +131,18 @@ fm_status fm_link_open(fm_link_t *l, const fm_session_config_t *cfg)
         return FM_ERR_ARG;
     }
     return FM_OK;
+}
+
+const char *fm_link_why_silent(const fm_link_t *l)
+{
+    return l->refused_since > 0.0 ? ": the coordinator refused this client's key"
+           : l->unproven          ? ": the coordinator did not prove the key in --server-key"
+                                  : "";
+}
+
+fm_status fm_link_send(fm_link_t *l, const uint8_t *msg, size_t len)
+{
+    return fm_wire_send_bytes(l->sock, NULL, msg, len);
 }
 
 void fm_link_close(fm_link_t *l)

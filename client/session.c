@@ -1,12 +1,16 @@
+/* The client session (session.h): the protocol's client half, without I/O.
+ * Messages are handled on the owner's thread; a Task becomes a job (work) run
+ * on a worker, which touches the model, trainer, data and state files and
+ * leaves what to send in s->result; work_done sends it on the owner's
+ * thread. The heartbeat reads only the task round and the kept Update, which
+ * a job never writes. */
 #include "session.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include <zmq.h>
 
 #include "fedmoe/clientdata.h"
 #include "fedmoe/exchange.h"
@@ -17,9 +21,7 @@
 #include "fedmoe/runspec_wire.h"
 #include "fedmoe/train.h"
 #include "fedmoe/wire.h"
-#include "link.h"
 #include "session_internal.h"
-#include "vhost.h"
 
 static const fm_session_upload_hook_t *upload_hook; /* session.h: the benchmark's attacker only */
 
@@ -29,7 +31,6 @@ void fm_session_set_upload_hook(const fm_session_upload_hook_t *h) { upload_hook
 #define HEARTBEAT_S 1.0 /* until a Welcome says how often (Welcome.heartbeat_ms, taken within the two below) */
 #define HEARTBEAT_MIN_S 0.5
 #define HEARTBEAT_MAX_S 30.0
-#define CONNECTING_S 10.0 /* a virtual host's client holds its place to connect this long at most */
 
 void fm_session_config_default(fm_session_config_t *c)
 {
@@ -43,16 +44,29 @@ void fm_session_config_default(fm_session_config_t *c)
     c->partition_index = -1;
 }
 
+/* Encodes env and hands it to the owner; FM_OK when it went out. */
+static fm_status send_env(session_t *s, Fedmoe__Envelope *env)
+{
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    fm_status st = fm_wire_encode(env, &buf, &len);
+    if (st == FM_OK)
+        st = s->ops.send(s->ops.user, buf, len);
+    free(buf);
+    return st;
+}
+
 static void send_hello(session_t *s)
 {
-    s->last_hello = fm_clock_seconds();
+    s->last_hello = s->now;
     s->hello_due = false;
+    s->welcomed = false;
     Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
     Fedmoe__Hello h = FEDMOE__HELLO__INIT;
-    h.client_id = (char *)s->cfg->id;
+    h.client_id = s->id;
     h.protocol_version = FM_PROTOCOL_VERSION;
     h.specialists = (uint32_t)s->cfg->specialists;
-    h.partition_index = s->have_data ? s->partition : s->cfg->partition_index;
+    h.partition_index = s->have_data ? s->partition : s->own_partition;
     if (s->have_data) {
         h.train_samples = s->data.train.n;
         h.val_samples = s->data.val.n;
@@ -63,7 +77,7 @@ static void send_hello(session_t *s)
     env.body_case = FEDMOE__ENVELOPE__BODY_HELLO;
     env.hello = &h;
     /* (until the connection is up a send finds no peer: said once, tried again) */
-    bool sent = fm_wire_send(s->link.sock, NULL, &env) == FM_OK;
+    bool sent = send_env(s, &env) == FM_OK;
     if (!sent && !s->hello_unsent)
         fm_warn("hello not sent yet (%s): trying again", fm_error_last());
     s->hello_unsent = !sent;
@@ -97,19 +111,17 @@ static void drop_run(session_t *s)
     s->sent.waiting = false;
 }
 
-/* A heartbeat when one is due (or now, when forced: a Task taken, which frees
- * its place in the coordinator's fan-out window); also called between
- * training steps, so a client busy with a long local step is not taken for
- * dead. */
+/* A heartbeat when one is due, or now when forced (a Task taken, which frees
+ * its place in the coordinator's fan-out window; an Update waiting for its
+ * Grant). Reads only what a job does not write. */
 static void beat(session_t *s, bool force)
 {
-    double now = fm_clock_seconds();
-    if (!force && now - s->last_beat < s->heartbeat_s)
+    if (!force && s->now - s->last_beat < s->heartbeat_s)
         return;
     Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
     Fedmoe__Heartbeat hb = FEDMOE__HEARTBEAT__INIT;
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
+    clock_gettime(CLOCK_REALTIME, &ts); /* (a wall-clock stamp for the coordinator's log, not a timer) */
     hb.unix_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
     hb.progress = true;
     hb.task_round = s->task_round;
@@ -117,17 +129,25 @@ static void beat(session_t *s, bool force)
     hb.ready_round = s->sent.bytes && s->sent.waiting ? s->sent.round : 0;
     env.body_case = FEDMOE__ENVELOPE__BODY_HEARTBEAT;
     env.heartbeat = &hb;
-    fm_wire_send(s->link.sock, NULL, &env);
-    s->last_beat = now;
+    send_env(s, &env);
+    s->last_beat = s->now;
 }
 
-static void wait_turn(void *user) { beat(user, false); }
+static void reply_error(session_t *s, fm_wire_code code, const char *text)
+{
+    fm_warn("%s", text);
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    if (fm_wire_encode_error(code, text, &buf, &len) == FM_OK)
+        s->ops.send(s->ops.user, buf, len);
+    free(buf);
+}
 
+/* The job's training: it leaves when the owner stops. */
 static bool on_progress(void *user)
 {
     session_t *s = user;
-    beat(s, false);
-    return !*s->stop;
+    return !(s->stop && *s->stop);
 }
 
 /* The run's model, trainer and scratch (from its spec and partition), with the
@@ -150,42 +170,23 @@ static fm_status build_model(session_t *s)
     return FM_OK;
 }
 
-/* A virtual client with a state file, between rounds (its Update sent): the
- * model, trainer, snapshot and kept Update go, rebuilt from the state file at
- * its next Task, so an idle client holds only its data and socket. (A Task
- * sent again then trains the round again from the state before it: the same
- * Update.) */
+/* A spilling client between rounds (its Update sent): the model, trainer,
+ * snapshot and kept Update go, rebuilt from the state file at its next Task,
+ * so an idle client holds only its data and connection. (A Task sent again
+ * then trains the round again from the state before it: the same Update.) */
 static void spill(session_t *s)
 {
-    if (!s->cfg->host || !s->cfg->state_dir[0] || !s->model || s->sent.waiting)
+    if (!s->cfg->spill || !s->cfg->state_dir[0] || !s->model || s->sent.waiting)
         return;
     release_model(s);
     s->spilled = true;
-    fm_vhost_trim(s->cfg->host);
+    if (s->ops.released)
+        s->ops.released(s->ops.user);
 }
 
-/* The way in is through (welcomed, past CONNECTING_S, or leaving): the next
- * client of the host may connect. */
-static void connected(session_t *s)
+/* The Welcome's run, partition and data. */
+static fm_status join_run(session_t *s, const Fedmoe__Welcome *w)
 {
-    if (s->connecting)
-        fm_vhost_connect_leave(s->cfg->host);
-    s->connecting = false;
-}
-
-static fm_status handle_welcome(session_t *s, const Fedmoe__Welcome *w)
-{
-    connected(s);
-    s->away_since = 0.0;
-    s->hello_due = false;
-    s->grants = w->upload_grants;
-    double every = w->heartbeat_ms ? w->heartbeat_ms / 1000.0 : HEARTBEAT_S;
-    s->heartbeat_s = every < HEARTBEAT_MIN_S ? HEARTBEAT_MIN_S : every > HEARTBEAT_MAX_S ? HEARTBEAT_MAX_S : every;
-    if (s->run_id[0] && strcmp(s->run_id, w->run_id) == 0)
-        return FM_OK; /* a repeated welcome for the run we are in */
-    if (s->run_id[0])
-        fm_info("the coordinator now runs %s; leaving run %s", w->run_id, s->run_id);
-    drop_run(s);
     if (!fm_id_valid(w->run_id, strlen(w->run_id))) {
         fm_error_set("welcome with an unusable run id");
         return FM_ERR_FORMAT;
@@ -214,17 +215,34 @@ static fm_status handle_welcome(session_t *s, const Fedmoe__Welcome *w)
     fm_run_spec_data(&s->spec, &ds);
     ds.dataset = s->cfg->dataset[0] ? s->cfg->dataset : s->spec.dataset;
     ds.index = s->partition;
-    st = s->cfg->host ? fm_vhost_data(s->cfg->host, &ds, &s->data) : fm_client_data_load(&s->data, &ds);
+    st = s->ops.data ? s->ops.data(s->ops.user, &ds, &s->data) : fm_client_data_load(&s->data, &ds);
     if (st != FM_OK)
         return st;
     s->have_data = true;
-    if ((st = fm_model_config_accepts(&s->spec.model, &s->data.train, "the run's data")) != FM_OK)
+    return fm_model_config_accepts(&s->spec.model, &s->data.train, "the run's data");
+}
+
+static fm_status handle_welcome(session_t *s, const Fedmoe__Welcome *w)
+{
+    s->welcomed = true;
+    s->away_since = 0.0;
+    s->hello_due = false;
+    s->grants = w->upload_grants;
+    double every = w->heartbeat_ms ? w->heartbeat_ms / 1000.0 : HEARTBEAT_S;
+    s->heartbeat_s = every < HEARTBEAT_MIN_S ? HEARTBEAT_MIN_S : every > HEARTBEAT_MAX_S ? HEARTBEAT_MAX_S : every;
+    if (s->run_id[0] && strcmp(s->run_id, w->run_id) == 0)
+        return FM_OK; /* a repeated welcome for the run we are in */
+    if (s->run_id[0])
+        fm_info("the coordinator now runs %s; leaving run %s", w->run_id, s->run_id);
+    drop_run(s);
+    fm_status st = join_run(s, w);
+    if (st != FM_OK)
         return st;
     snprintf(s->run_id, sizeof s->run_id, "%s", w->run_id);
     s->loaded = false;
-    /* a virtual client with a state folder builds its model at its first Task
-     * (most are idle most rounds: a model each would be gigabytes) */
-    s->spilled = s->cfg->host && s->cfg->state_dir[0];
+    /* a spilling client builds its model at its first Task (most virtual
+     * clients are idle most rounds: a model each would be gigabytes) */
+    s->spilled = s->cfg->spill && s->cfg->state_dir[0];
     if (!s->spilled && (st = build_model(s)) != FM_OK)
         return st;
     fm_info("run %s (%s), partition %d/%d: %zu train, %zu validation, %zu test %s%s%s", s->run_id,
@@ -232,22 +250,17 @@ static fm_status handle_welcome(session_t *s, const Fedmoe__Welcome *w)
             s->data.val.n, s->data.test.n, s->spec.model.family == FM_FAMILY_TEXT ? "windows" : "examples",
             s->data.languages[0] ? "; languages: " : "", s->data.languages);
     send_hello(s); /* again, now with sample counts */
+    s->welcomed = true;
     return FM_OK;
 }
 
-
-static void reply_error(session_t *s, fm_wire_code code, const char *text)
-{
-    fm_warn("%s", text);
-    fm_wire_send_error(s->link.sock, NULL, code, text);
-}
-
 /* Restores, before training round `round`, the state it must start from:
- * exactly once, a round sent again (the coordinator lost it, or this client was
- * restarted) is trained again from the state before it. */
+ * exactly once, a round sent again (the coordinator lost it, this client was
+ * restarted, or its training was stopped) is trained again from the state
+ * before it. */
 static fm_status start_round(session_t *s, int round)
 {
-    if (round == s->last_round && s->pre.round == round) {
+    if (s->pre.round == round) { /* (trained, or begun and stopped) */
         fm_info("round %d again: restoring the state from before it", round);
         sess_snap_restore(s, &s->pre);
         return FM_OK;
@@ -260,8 +273,8 @@ static fm_status start_round(session_t *s, int round)
     return sess_snap_take(s, &s->pre, round);
 }
 
-/* Evaluates (eval_sample examples of each split, or all when 0), then uploads
- * the round's result. */
+/* Evaluates (eval_sample examples of each split, or all when 0), then encodes
+ * the round's Update into the job's result. */
 static fm_status upload(session_t *s, uint32_t round, const uint8_t *nonce, uint32_t eval_sample,
                         const fm_train_stats_t *ts, double t0)
 {
@@ -278,64 +291,35 @@ static fm_status upload(session_t *s, uint32_t round, const uint8_t *nonce, uint
                                /* (counted in predictions: an image, or a byte of text) */
                                .test_samples = ev.predictions, .test_correct = ev.correct,
                                .val_samples = vv.predictions, .val_correct = vv.correct,
-                               .seconds = fm_clock_seconds() - t0};
+                               .seconds = fm_clock_seconds() - t0}; /* (a measurement: the real clock) */
     if (fm_exchange_of(&s->spec).model) {
         fm_federated_pack(s->model, s->spec.strategy, s->vec);
         u.model = s->vec;
         if (upload_hook && upload_hook->upload)
             upload_hook->upload(s->vec, s->dims.nmodel, round);
     }
-    uint8_t *buf = NULL;
-    size_t len = 0;
-    st = fm_exchange_encode_update(&s->spec, &s->dims, &u, &buf, &len);
-    /* with upload grants the Update waits for its Grant (announced now, then
-     * in every heartbeat) */
-    if (st == FM_OK && !s->grants)
-        st = fm_wire_send_bytes(s->link.sock, NULL, buf, len);
-    free(s->sent.bytes);
-    s->sent.bytes = st == FM_OK ? buf : NULL;
-    s->sent.len = len;
-    s->sent.round = round;
-    s->sent.waiting = st == FM_OK && s->grants;
-    memcpy(s->sent.nonce, nonce, FM_NONCE_BYTES);
-    if (st != FM_OK) {
-        free(buf);
-        fm_warn("round %u: update not sent: %s", round, fm_error_last());
-    }
-    if (s->sent.waiting)
-        beat(s, true);
+    job_result_t *r = &s->result;
+    st = fm_exchange_encode_update(&s->spec, &s->dims, &u, &r->bytes, &r->len);
+    if (st != FM_OK)
+        fm_warn("round %u: update not made: %s", round, fm_error_last());
+    r->round = round;
+    memcpy(r->nonce, nonce, FM_NONCE_BYTES);
     fm_info("round %u: train loss %.4f, test accuracy %.2f%% (%zu examples), %.1f s", round, ts->train_loss,
             100.0 * ev.accuracy, ev.n, u.metrics.seconds);
     return FM_OK;
 }
 
-/* A virtual host's client takes its turn on the host's cores for the whole
- * Task (its model is rebuilt, trained, uploaded and spilled again within it,
- * so only `workers` models exist at once), after saying it has the Task (the
- * coordinator's fan-out goes on meanwhile). */
-static fm_status take_task(session_t *s, const Fedmoe__Task *t);
-
-static fm_status handle_task(session_t *s, const Fedmoe__Task *t)
-{
-    if (!s->cfg->host)
-        return take_task(s, t);
-    if (s->run_id[0] && t->round > s->task_round) {
-        s->task_round = t->round;
-        beat(s, true);
-    }
-    fm_vhost_train_enter(s->cfg->host, wait_turn, s);
-    fm_status st = take_task(s, t);
-    fm_vhost_train_leave(s->cfg->host);
-    return st;
-}
-
+/* The Task, checked, then applied and trained: the job (on a worker). What
+ * to send is left in s->result. */
 static fm_status take_task(session_t *s, const Fedmoe__Task *t)
 {
+    job_result_t *r = &s->result;
     fm_status built = s->spilled ? build_model(s) : FM_OK;
     if (built != FM_OK)
         return built;
     if (!s->model) {
-        reply_error(s, FM_WIRE_REJECTED, "task before welcome");
+        r->code = FM_WIRE_REJECTED;
+        snprintf(r->why, sizeof r->why, "task before welcome");
         return FM_OK;
     }
     /* check everything, then apply */
@@ -344,7 +328,8 @@ static fm_status take_task(session_t *s, const Fedmoe__Task *t)
     if (fm_exchange_read_task(&s->spec, &s->dims, t, &in, &code) != FM_OK) {
         if (code == FM_WIRE_OK)
             return FM_ERR_NOMEM;
-        reply_error(s, code, fm_error_last());
+        r->code = code;
+        snprintf(r->why, sizeof r->why, "%s", fm_error_last());
         return FM_OK;
     }
     uint8_t nonce[FM_NONCE_BYTES];
@@ -354,23 +339,12 @@ static fm_status take_task(session_t *s, const Fedmoe__Task *t)
         /* the task of the update sent last, again (this client said hello again,
          * or its update was lost on the way): the same update again, not retrained */
         fm_exchange_task_free(&in);
-        if (s->sent.waiting) { /* (still waiting for its grant: say so again) */
-            beat(s, true);
-            return FM_OK;
-        }
-        fm_info("round %u: the same task again: its update sent again", s->sent.round);
-        if (fm_wire_send_bytes(s->link.sock, NULL, s->sent.bytes, s->sent.len) != FM_OK)
-            fm_warn("round %u: update not sent: %s", s->sent.round, fm_error_last());
+        r->waiting = s->sent.waiting; /* (still waiting for its grant: say so again) */
+        r->resend = !s->sent.waiting;
         return FM_OK;
     }
-    if (s->cfg->host)
-        fm_vhost_saw_round(s->cfg->host, s->run_id, (int)in.round);
     fm_status st = start_round(s, (int)in.round);
     if (st == FM_OK) {
-        if (in.round != s->task_round) { /* (a virtual host's client said so before its turn) */
-            s->task_round = in.round;
-            beat(s, true);
-        }
         if (in.model)
             fm_federated_unpack(s->model, s->spec.strategy, in.model);
         if (in.model && upload_hook && upload_hook->received)
@@ -386,36 +360,95 @@ static fm_status take_task(session_t *s, const Fedmoe__Task *t)
     fm_train_stats_t ts;
     double t0 = fm_clock_seconds();
     st = fm_trainer_run(s->trainer, &s->data.train, &s->data.val, s->spec.local_epochs, &ts);
-    if (st == FM_ERR_STATE && *s->stop) {
-        /* the state file keeps the last finished round; a restart trains this one again */
+    if (st == FM_OK)
+        st = upload(s, t->round, nonce, eval_sample, &ts, t0);
+    if (st == FM_ERR_STATE && s->stop && *s->stop) {
+        /* the state file keeps the last finished round; this one is trained
+         * again from the state before it */
         fm_info("round %u abandoned: stopping", t->round);
         return FM_OK;
     }
-    if (st == FM_OK)
-        st = upload(s, t->round, nonce, eval_sample, &ts, t0);
     if (st != FM_OK)
         return st;
     s->last_round = (int)t->round;
+    r->trained = true;
     sess_save_state(s);
-    spill(s);
     return FM_OK;
 }
 
-/* The coordinator's next message (its frames joined), or NULL when none waits
- * or it is unusable (warned). */
-static Fedmoe__Envelope *next_message(session_t *s)
+void fm_session_work(fm_session_t *s, volatile sig_atomic_t *stop)
 {
-    uint8_t *msg;
-    size_t len;
-    Fedmoe__Envelope *env = NULL;
-    fm_status got = fm_wire_recv(s->link.sock, ZMQ_DONTWAIT, (size_t)1 << 31, &msg, &len);
-    if (got == FM_OK) {
-        got = fm_wire_decode(msg, len, (size_t)1 << 31, &env);
-        free(msg);
+    s->stop = stop;
+    memset(&s->result, 0, sizeof s->result);
+    s->result.st = take_task(s, s->task);
+    if (s->result.st != FM_OK)
+        snprintf(s->result.why, sizeof s->result.why, "%s", fm_error_last());
+}
+
+static void send_kept(session_t *s)
+{
+    if (s->ops.send(s->ops.user, s->sent.bytes, s->sent.len) != FM_OK)
+        fm_warn("round %u: update not sent: %s", s->sent.round, fm_error_last());
+}
+
+fm_status fm_session_work_done(fm_session_t *s, double now)
+{
+    s->now = now;
+    job_result_t *r = &s->result;
+    uint32_t round = s->task->round;
+    fm_wire_free(s->task_env);
+    s->task_env = NULL;
+    s->task = NULL;
+    s->job = JOB_NONE;
+    if (r->st != FM_OK) {
+        free(r->bytes);
+        fm_error_set("%s", r->why);
+        return r->st;
     }
-    if (got != FM_OK && got != FM_ERR_STATE)
-        fm_warn("bad message from the coordinator: %s", fm_error_last());
-    return env;
+    if (r->code != FM_WIRE_OK)
+        reply_error(s, r->code, r->why);
+    if (r->waiting)
+        beat(s, true);
+    if (r->resend) {
+        fm_info("round %u: the same task again: its update sent again", s->sent.round);
+        send_kept(s);
+    }
+    if (r->trained && round < s->task_round) { /* (an older round than the newest said) */
+        s->task_round = round;
+        beat(s, true);
+    }
+    if (r->bytes) { /* with upload grants the Update waits for its Grant (announced now, then in every heartbeat) */
+        free(s->sent.bytes);
+        s->sent.bytes = r->bytes;
+        s->sent.len = r->len;
+        s->sent.round = r->round;
+        memcpy(s->sent.nonce, r->nonce, FM_NONCE_BYTES);
+        s->sent.waiting = s->grants;
+        if (s->grants)
+            beat(s, true);
+        else
+            send_kept(s);
+    }
+    r->bytes = NULL;
+    if (r->trained && s->ops.saw_round)
+        s->ops.saw_round(s->ops.user, s->run_id, (int)round);
+    if (r->trained)
+        spill(s);
+    return FM_OK;
+}
+
+/* A Task: said taken at once (the coordinator's fan-out goes on meanwhile),
+ * then left as the job. */
+static void handle_task(session_t *s, Fedmoe__Envelope *env)
+{
+    const Fedmoe__Task *t = env->task;
+    if (s->run_id[0] && t->round > s->task_round) {
+        s->task_round = t->round;
+        beat(s, true);
+    }
+    s->task_env = env;
+    s->task = env->task;
+    s->job = JOB_WAITING;
 }
 
 /* The coordinator's leave to send the Update waiting for it. */
@@ -424,117 +457,121 @@ static void handle_grant(session_t *s, const Fedmoe__Grant *g)
     if (!s->sent.bytes || !s->sent.waiting || g->round != s->sent.round)
         return; /* (a grant repeated after it was used, or for another round) */
     s->sent.waiting = false;
-    if (fm_wire_send_bytes(s->link.sock, NULL, s->sent.bytes, s->sent.len) != FM_OK)
-        fm_warn("round %u: update not sent: %s", s->sent.round, fm_error_last());
+    send_kept(s);
     spill(s);
 }
 
-/* One message from the coordinator; true when the session ends (*st says how). */
-static bool handle_message(session_t *s, const Fedmoe__Envelope *env, fm_status *st)
+static fm_status handle_error(session_t *s, const Fedmoe__Error *e)
 {
-    bool done = false;
+    fm_warn("coordinator error %u: %.300s", e->code, e->text);
+    if (e->code == FM_WIRE_UNKNOWN_CLIENT) {
+        /* a restarted coordinator: introduce ourselves (once, not once
+         * per heartbeat queued while it was away) */
+        if (s->now - s->last_hello > HELLO_RETRY_S)
+            send_hello(s);
+        else
+            s->hello_due = true;
+    }
+    if (e->code == FM_WIRE_REJECTED || e->code == FM_WIRE_VERSION) {
+        fm_error_set("rejected by the coordinator: %.300s", e->text);
+        return FM_ERR_ARG;
+    }
+    return FM_OK;
+}
+
+fm_status fm_session_handle(fm_session_t *s, const uint8_t *msg, size_t len, double now)
+{
+    s->now = now;
+    Fedmoe__Envelope *env = NULL;
+    if (fm_wire_decode(msg, len, (size_t)1 << 31, &env) != FM_OK) {
+        fm_warn("bad message from the coordinator: %s", fm_error_last());
+        return FM_OK;
+    }
+    fm_status st = FM_OK;
     switch (env->body_case) {
-    case FEDMOE__ENVELOPE__BODY_WELCOME: *st = handle_welcome(s, env->welcome); done = *st != FM_OK; break;
-    case FEDMOE__ENVELOPE__BODY_TASK: *st = handle_task(s, env->task); done = *st != FM_OK; break;
+    case FEDMOE__ENVELOPE__BODY_WELCOME: st = handle_welcome(s, env->welcome); break;
+    case FEDMOE__ENVELOPE__BODY_TASK: handle_task(s, env); return FM_OK; /* (the job owns env) */
     case FEDMOE__ENVELOPE__BODY_GRANT: handle_grant(s, env->grant); break;
     case FEDMOE__ENVELOPE__BODY_SHUTDOWN:
         if (env->shutdown->resumable && s->run_id[0]) {
             /* (a restart, an upgrade): ZeroMQ reconnects, and the heartbeat
              * a restarted coordinator does not know brings a new welcome */
             fm_info("%.200s: waiting for it", env->shutdown->reason);
-            s->away_since = fm_clock_seconds();
+            s->away_since = now;
             break;
         }
         fm_info("coordinator says shut down: %.200s", env->shutdown->reason);
-        done = true;
+        s->ended = true;
         break;
-    case FEDMOE__ENVELOPE__BODY_ERROR:
-        fm_warn("coordinator error %u: %.300s", env->error->code, env->error->text);
-        if (env->error->code == FM_WIRE_UNKNOWN_CLIENT) {
-            /* a restarted coordinator: introduce ourselves (once, not once
-             * per heartbeat queued while it was away) */
-            if (fm_clock_seconds() - s->last_hello > HELLO_RETRY_S)
-                send_hello(s);
-            else
-                s->hello_due = true;
-        }
-        if (env->error->code == FM_WIRE_REJECTED || env->error->code == FM_WIRE_VERSION) {
-            fm_error_set("rejected by the coordinator: %.300s", env->error->text);
-            *st = FM_ERR_ARG;
-            done = true;
-        }
-        break;
+    case FEDMOE__ENVELOPE__BODY_ERROR: st = handle_error(s, env->error); break;
     default: fm_warn("unexpected message from the coordinator (case %d)", env->body_case); break;
     }
-    return done;
+    fm_wire_free(env);
+    return st;
 }
 
-fm_status fm_session_run(const fm_session_config_t *cfg, volatile sig_atomic_t *stop)
+fm_status fm_session_tick(fm_session_t *s, double now)
 {
-    session_t s = {0};
-    s.cfg = cfg;
-    s.stop = stop;
-    s.pre.round = -1;
-    s.partition = cfg->partition_index;
-    s.heartbeat_s = HEARTBEAT_S;
-    if (cfg->host && !(s.connecting = fm_vhost_connect_enter(cfg->host, stop)))
-        return FM_OK; /* (stopped while waiting for its turn to connect) */
-    fm_status st = fm_link_open(&s.link, cfg);
-    if (st != FM_OK)
-        goto out;
-    fm_info("client %s connecting to %s (%s)", cfg->id, cfg->connect, cfg->insecure ? "INSECURE" : "CURVE");
-    send_hello(&s);
-    double started = fm_clock_seconds();
-    while (!*stop) {
-        zmq_pollitem_t items[2] = {{s.link.sock, 0, ZMQ_POLLIN, 0}, {s.link.mon, 0, ZMQ_POLLIN, 0}};
-        if (zmq_poll(items, s.link.mon ? 2 : 1, 500) < 0 && zmq_errno() != EINTR) {
-            fm_error_set("poll: %s", zmq_strerror(zmq_errno()));
-            st = FM_ERR_IO;
-            break;
+    s->now = now;
+    if (s->started < 0.0)
+        s->started = now;
+    const fm_session_config_t *cfg = s->cfg;
+    if (s->job == JOB_NONE && s->pre_on_disk && s->ops.round_over && s->ops.round_over(s->ops.user, s->run_id, s->last_round))
+        sess_drop_pre(s); /* (an idle client of a virtual host: its files are its state alone) */
+    if (!s->run_id[0]) {
+        if (cfg->connect_timeout > 0 && now - s->started > cfg->connect_timeout) {
+            fm_error_set("no welcome from %s within %.0f s", cfg->connect, cfg->connect_timeout);
+            return FM_ERR_IO;
         }
-        zmq_pollitem_t item = items[0];
-        if ((st = fm_link_check(&s.link)) != FM_OK)
-            break;
-        double now = fm_clock_seconds();
-        if (s.pre_on_disk && cfg->host && fm_vhost_round_over(cfg->host, s.run_id, s.last_round))
-            sess_drop_pre(&s); /* (an idle client of a virtual host: its files are its state alone) */
-        if (s.connecting && now - started > CONNECTING_S)
-            connected(&s); /* (not welcomed yet, refused or no coordinator: it goes on trying, out of the way) */
-        if (!s.run_id[0]) {
-            if (cfg->connect_timeout > 0 && now - started > cfg->connect_timeout) {
-                fm_error_set("no welcome from %s within %.0f s%s", cfg->connect, cfg->connect_timeout,
-                             s.link.refused_since > 0.0 ? ": the coordinator refused this client's key"
-                             : s.link.unproven        ? ": the coordinator did not prove the key in --server-key"
-                                                      : "");
-                st = FM_ERR_IO;
-                break;
-            }
-            if (now - s.last_hello > HELLO_RETRY_S)
-                send_hello(&s);
-        } else {
-            if (s.away_since > 0.0 && cfg->connect_timeout > 0 && now - s.away_since > cfg->connect_timeout) {
-                fm_error_set("the coordinator stopped mid-run and did not come back within %.0f s (--connect-timeout)",
-                             cfg->connect_timeout);
-                st = FM_ERR_IO;
-                break;
-            }
-            if (s.hello_due && now - s.last_hello > HELLO_RETRY_S)
-                send_hello(&s);
-            beat(&s, false);
-        }
-        if (!(item.revents & ZMQ_POLLIN))
-            continue;
-        Fedmoe__Envelope *env = next_message(&s);
-        if (!env)
-            continue;
-        bool done = handle_message(&s, env, &st);
-        fm_wire_free(env);
-        if (done)
-            break;
+        if (s->last_hello < 0.0 || now - s->last_hello > HELLO_RETRY_S)
+            send_hello(s);
+        return FM_OK;
     }
-out:
-    connected(&s);
-    drop_run(&s);
-    fm_link_close(&s.link);
-    return st;
+    if (s->away_since > 0.0 && cfg->connect_timeout > 0 && now - s->away_since > cfg->connect_timeout) {
+        fm_error_set("the coordinator stopped mid-run and did not come back within %.0f s (--connect-timeout)",
+                     cfg->connect_timeout);
+        return FM_ERR_IO;
+    }
+    if (s->hello_due && now - s->last_hello > HELLO_RETRY_S)
+        send_hello(s);
+    beat(s, false);
+    return FM_OK;
+}
+
+fm_status fm_session_new(fm_session_t **out, const fm_session_config_t *cfg, const char *id, int partition,
+                         const fm_session_ops_t *ops)
+{
+    *out = NULL;
+    session_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return FM_ERR_NOMEM;
+    s->cfg = cfg;
+    s->ops = *ops;
+    snprintf(s->id, sizeof s->id, "%s", id ? id : cfg->id);
+    s->own_partition = partition >= 0 ? partition : cfg->partition_index;
+    s->partition = s->own_partition;
+    s->pre.round = -1;
+    s->heartbeat_s = HEARTBEAT_S;
+    s->started = -1.0;
+    s->last_hello = -1.0;
+    *out = s;
+    return FM_OK;
+}
+
+const char *fm_session_id(const fm_session_t *s) { return s->id; }
+bool fm_session_ended(const fm_session_t *s) { return s->ended; }
+bool fm_session_welcomed(const fm_session_t *s) { return s->welcomed; }
+bool fm_session_job_waiting(const fm_session_t *s) { return s->job == JOB_WAITING; }
+bool fm_session_busy(const fm_session_t *s) { return s->job != JOB_NONE; }
+
+void fm_session_destroy(fm_session_t **sp)
+{
+    session_t *s = *sp;
+    if (!s)
+        return;
+    fm_wire_free(s->task_env);
+    free(s->result.bytes);
+    drop_run(s);
+    free(s);
+    *sp = NULL;
 }

@@ -13,7 +13,7 @@
 #include "fedmoe/rng.h"
 #include "fedmoe/runspec.h"
 #include "fedmoe/train.h"
-#include "link.h"
+#include "fedmoe/wire.h"
 #include "session.h"
 
 typedef struct {
@@ -23,10 +23,28 @@ typedef struct {
     fm_rng_t rng;
 } snapshot_t;
 
+/* What a job brings back to the session's thread (session.c work_done). */
 typedef struct {
+    fm_status st;           /* a failure that ends the session, with why */
+    char why[512];
+    fm_wire_code code;      /* an Error to reply with text why (a Task refused), or FM_WIRE_OK */
+    bool resend;            /* the same Task again: the kept Update again */
+    bool waiting;           /* the same Task again, its Update still waiting for its Grant */
+    uint8_t *bytes;         /* a new Update, encoded, of round `round` for `nonce` */
+    size_t len;
+    uint32_t round;
+    uint8_t nonce[FM_NONCE_BYTES];
+    bool trained;           /* a round was trained (the state file written) */
+} job_result_t;
+
+typedef enum { JOB_NONE, JOB_WAITING } job_state_t; /* (waiting: handed out or not, until work_done) */
+
+struct fm_session {
     const fm_session_config_t *cfg;
-    volatile sig_atomic_t *stop; /* set by a signal: leave, even mid-training */
-    fm_link_t link;       /* the connection to the coordinator */
+    fm_session_ops_t ops;
+    char id[64];
+    int own_partition;      /* the partition asked for (-1: assigned) */
+    volatile sig_atomic_t *stop; /* the job's: leave, even mid-training */
     char run_id[64];
     fm_run_spec_t spec;
     int partition;
@@ -38,14 +56,17 @@ typedef struct {
     float *vec;             /* federated vector scratch */
     int last_round;         /* last round trained (0: none) */
     snapshot_t pre;         /* the state from before round pre.round (= last_round) */
+    double started;         /* the first tick (< 0: none yet) */
     double last_beat, heartbeat_s; /* the last Heartbeat, and how often (the Welcome's) */
     double away_since;      /* > 0: the coordinator stopped mid-run then (waiting for it) */
     double last_hello;
+    double now;             /* the time of the call being served */
     uint32_t task_round;    /* the round of the newest Task taken (0: none), for heartbeats */
     bool hello_due;         /* a restarted coordinator asked who we are: a Hello, rate-limited */
     bool hello_unsent;      /* the last Hello found no connection (said once until one goes) */
+    bool welcomed;          /* a Welcome since the last Hello */
+    bool ended;             /* Shutdown */
     bool pre_on_disk;       /* the .pre state file exists (sess_save_state, sess_drop_pre) */
-    bool connecting;        /* holds one of its virtual host's places to connect, until welcomed */
     struct {                /* the last update sent, as sent: a repeated task gets it again */
         uint8_t *bytes;
         size_t len;
@@ -54,9 +75,14 @@ typedef struct {
         bool waiting;       /* not sent yet: waiting for its Grant */
     } sent;
     bool grants;            /* the coordinator grants uploads (its Welcome said so) */
-    bool spilled;           /* model and trainer freed between rounds (virtual host): rebuilt from the state file */
+    bool spilled;           /* model and trainer freed between rounds: rebuilt from the state file */
     bool loaded;            /* the state file was read since the welcome */
-} session_t;
+    job_state_t job;
+    Fedmoe__Task *task;     /* the job's Task (its envelope, owned) */
+    Fedmoe__Envelope *task_env;
+    job_result_t result;
+};
+typedef struct fm_session session_t;
 
 /* Everything a round changes on a client: every group's weights and moments,
  * the AdamW step counts and the shuffling generator. */

@@ -22,7 +22,7 @@
 
 static void state_path(const session_t *s, const char *ext, char *out, size_t cap)
 {
-    snprintf(out, cap, "%s/%s.%s.%s", s->cfg->state_dir, s->run_id, s->cfg->id, ext);
+    snprintf(out, cap, "%s/%s.%s.%s", s->cfg->state_dir, s->run_id, s->id, ext);
 }
 
 /* Everything a round changes on a client: every group's weights and moments, the

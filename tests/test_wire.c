@@ -467,6 +467,44 @@ static void test_welcome_train_spec(void **state)
     assert_int_equal(fm_run_spec_from_welcome(&got, &w.welcome, s.model.specialists), FM_ERR_ARG);
 }
 
+/* Every field of the run spec that travels in the Welcome comes back as it
+ * was: each set away from its default, compared through the spec's JSON (which
+ * names them all; an independent list from the one runspec_wire.c copies). */
+static void test_welcome_carries_every_field(void **state)
+{
+    (void)state;
+    fm_run_spec_t s, got;
+    fm_run_spec_default(&s);
+    s.strategy = FM_STRATEGY_COMIGS;
+    s.seed = 77;
+    fm_model_config_t *c = &s.model;
+    c->in_dim = 784; c->img_h = 28; c->img_w = 28; c->classes = 10;
+    c->d = 24; c->blocks = 3; c->generalists = 2; c->specialists = 3; c->ffn_hidden = 40; c->top_k = 1;
+    c->lb_weight = 0.03f; c->generalist_importance = 0.7f; c->prompt_len = 5; c->prompt_dim = 12;
+    c->text_hidden = 20; c->heads = 3; c->max_nonlocal = 4; c->attn_scale = 0.5f; c->lambda = 0.25f;
+    c->tau = 2.5f; c->gating_on_validation = !c->gating_on_validation; c->untied = !c->untied;
+    s.train.batch = 24; s.train.expert_steps = 7; s.train.router_steps = 3; s.train.local_steps = 11;
+    s.local_epochs = 2; s.train.lower.lr = 0.004f; s.train.upper.lr = 0.0007f;
+    s.train.lower.weight_decay = 0.02f; s.train.lb_in_upper = !s.train.lb_in_upper; s.train.anchor = 30.0f;
+    s.part.kind = FM_PARTITION_DIRICHLET; s.part.alpha = 0.3; s.part.min_samples = 9; s.partition_count = 7;
+    s.holdout = true; s.data_seed = 5;
+    assert_int_equal(fm_cap_parse("x", "25..400", &s.regime.examples), FM_OK);
+    assert_int_equal(fm_domains_parse("x", "rotate", &s.regime.domains), FM_OK);
+    s.regime.concept_groups = 2;
+    assert_int_equal(fm_run_spec_finish(&s), FM_OK);
+    fm_welcome_pb_t w;
+    fm_run_spec_welcome(&s, "run-x", 2, 1, &w);
+    assert_int_equal(fm_run_spec_from_welcome(&got, &w.welcome, c->specialists), FM_OK);
+    got.lr_schedule = s.lr_schedule; /* (the coordinator's alone: not in the Welcome) */
+    got.aggregate = s.aggregate;
+    got.clip_norm = s.clip_norm;
+    got.eval_sample = s.eval_sample;
+    char a[4096], b[4096];
+    assert_true(fm_run_spec_json(&s, a, sizeof a) < sizeof a);
+    assert_true(fm_run_spec_json(&got, b, sizeof b) < sizeof b);
+    assert_string_equal(b, a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -478,6 +516,7 @@ int main(void)
         cmocka_unit_test(test_zmq_router_dealer),
         cmocka_unit_test(test_welcome_train_spec),
         cmocka_unit_test(test_gating_shared),
+        cmocka_unit_test(test_welcome_carries_every_field),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
