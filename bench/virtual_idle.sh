@@ -4,8 +4,8 @@
 # opens, and one fedmoe-client --virtual N host; once all N have joined (and 5 s
 # more), the host's resident memory, split by kind from /proc/PID/smaps: the
 # client threads' stacks (static TLS included), the main heap (libzmq's sockets
-# and the sessions), and the rest (the dataset's copy, the malloc arenas).
-# Then the memory per client between the first and the last N.
+# and the sessions), the rest (the dataset's copy, the malloc arenas), and the
+# host's threads. Then the memory per client between the first and the last N.
 #   bench/virtual_idle.sh [BUILD=build] [NS="1200 2400"]
 set -euo pipefail
 build=${1:-build} ns=${2:-1200 2400}
@@ -20,7 +20,7 @@ mkdir -m 700 "$work/keys" "$work/server"
 "$bin/server/fedmoe-keygen" --out "$work/server" coordinator >/dev/null
 "$bin/server/fedmoe-keygen" --out "$work/keys" $(seq -f "vh-%05g" 0 $((max - 1))) >/dev/null
 port=$((20000 + RANDOM % 10000))
-printf '| idle clients | host RSS | thread stacks | main heap | rest |\n|--:|--:|--:|--:|--:|\n'
+printf '| idle clients | host RSS | thread stacks | main heap | rest | host threads |\n|--:|--:|--:|--:|--:|--:|\n'
 first= last=
 for n in $ns; do
   mkdir -m 700 "$work/state-$n"
@@ -58,7 +58,8 @@ print(total, stacks, heap)
 PY
 )
   read -r total stacks heap <<< "$row"
-  printf '| %s | %d MB | %d MB | %d MB | %d MB |\n' "$n" $((total >> 10)) $((stacks >> 10)) $((heap >> 10)) $(((total - stacks - heap) >> 10))
+  threads=$(awk '/^Threads:/ { print $2 }' "/proc/$host/status")
+  printf '| %s | %d MB | %d MB | %d MB | %d MB | %s |\n' "$n" $((total >> 10)) $((stacks >> 10)) $((heap >> 10)) $(((total - stacks - heap) >> 10)) "$threads"
   [[ -z $first ]] && first="$n $total $stacks $heap"
   last="$n $total $stacks $heap"
   kill $host $server 2>/dev/null || true

@@ -54,8 +54,7 @@ typedef struct {
     bool holding;        /* holds a place to connect (until welcomed, or CONNECTING_S) */
     bool sent;           /* sent since its socket's events were last read */
     double opened;
-    fm_status failed;    /* a failure met while its job was out: ended when it comes back */
-    char *why;
+    fm_status failed;    /* a failure met while its job was out (said): ended when it comes back */
 } member_t;
 
 typedef struct host {
@@ -226,7 +225,26 @@ static void epoll_watch(host_t *h, void *sock, uint64_t tag, int op)
     if (!sock || zmq_getsockopt(sock, ZMQ_FD, &fd, &sz) != 0)
         return;
     struct epoll_event ev = {.events = EPOLLIN, .data.u64 = tag};
-    epoll_ctl(h->epfd, op, fd, &ev);
+    if (epoll_ctl(h->epfd, op, fd, &ev) != 0 && op == EPOLL_CTL_ADD)
+        fm_warn("a client's socket is not watched (epoll: %s): its messages wait for its next heartbeat",
+                strerror(errno));
+}
+
+/* A client's failure: said (a virtual host's, with its id), and the first
+ * one kept for the host's exit. */
+static void record_failure(host_t *h, fm_status st, const char *id)
+{
+    char why[512];
+    snprintf(why, sizeof why, "%s", fm_error_last());
+    if (h->virt)
+        fm_errorf("client %s: %s", id, why);
+    if (h->first == FM_OK) {
+        h->first = st;
+        if (h->virt)
+            snprintf(h->why, sizeof h->why, "client %s: %.400s", id, why);
+        else
+            snprintf(h->why, sizeof h->why, "%s", why);
+    }
 }
 
 /* A member is over: ended well (st FM_OK), or failed (its reason in the
@@ -234,19 +252,8 @@ static void epoll_watch(host_t *h, void *sock, uint64_t tag, int op)
 static void member_over(host_t *h, member_t *m, fm_status st, const char *id)
 {
     int i = index_of(h, m);
-    if (st != FM_OK) {
-        char why[512];
-        snprintf(why, sizeof why, "%s", fm_error_last());
-        if (h->virt)
-            fm_errorf("client %s: %s", id, why);
-        if (h->first == FM_OK) {
-            h->first = st;
-            if (h->virt)
-                snprintf(h->why, sizeof h->why, "client %s: %.400s", id, why);
-            else
-                snprintf(h->why, sizeof h->why, "%s", why);
-        }
-    }
+    if (st != FM_OK)
+        record_failure(h, st, id);
     if (m->holding)
         h->connecting--;
     m->holding = false;
@@ -302,9 +309,8 @@ static void tick(host_t *h, member_t *m, double now)
         h->connecting--;
     }
     if (st != FM_OK && m->state == M_BUSY) {
+        record_failure(h, st, fm_session_id(m->s));
         m->failed = st; /* (ended when its job is back) */
-        free(m->why);
-        m->why = strdup(fm_error_last());
     } else if (st != FM_OK) {
         member_over(h, m, st, fm_session_id(m->s));
     } else if (m->sent) {
@@ -393,13 +399,9 @@ static void collect(host_t *h, double now)
         member_t *m = &h->m[back[k]];
         m->state = M_LIVE;
         fm_status st = fm_session_work_done(m->s, now);
-        if (st == FM_OK && m->failed != FM_OK) {
-            st = m->failed;
-            fm_error_set("%s", m->why ? m->why : "");
-        }
-        free(m->why);
-        m->why = NULL;
-        if (st != FM_OK)
+        if (m->failed != FM_OK)
+            member_over(h, m, FM_OK, fm_session_id(m->s)); /* (its failure said already) */
+        else if (st != FM_OK)
             member_over(h, m, st, fm_session_id(m->s));
         else
             serve(h, m, now);
@@ -426,6 +428,7 @@ static fm_status loop(host_t *h)
         int k = epoll_wait(h->epfd, evs, 256, (int)(TICK_S * 1000));
         if (k < 0 && errno != EINTR) {
             fm_error_set("epoll: %s", strerror(errno));
+            *h->stop = 1; /* (the jobs out end at their next progress check) */
             return FM_ERR_IO;
         }
         now = fm_clock_seconds();
@@ -514,7 +517,6 @@ static void host_close(host_t *h)
         if (h->m[i].state != M_OVER) {
             fm_link_close(&h->m[i].link);
             fm_session_destroy(&h->m[i].s);
-            free(h->m[i].why);
         }
     if (h->cached)
         fm_data_cache_free(&h->cache);

@@ -366,6 +366,9 @@ static fm_status take_task(session_t *s, const Fedmoe__Task *t)
         /* the state file keeps the last finished round; this one is trained
          * again from the state before it */
         fm_info("round %u abandoned: stopping", t->round);
+        if (s->pre.round == (int)t->round && (int)t->round > s->last_round)
+            sess_snap_restore(s, &s->pre); /* (not half-trained: as before the round) */
+        r->abandoned = true;
         return FM_OK;
     }
     if (st != FM_OK)
@@ -402,8 +405,13 @@ fm_status fm_session_work_done(fm_session_t *s, double now)
     s->job = JOB_NONE;
     if (r->st != FM_OK) {
         free(r->bytes);
+        r->bytes = NULL;
         fm_error_set("%s", r->why);
         return r->st;
+    }
+    if (r->abandoned && s->task_round > (uint32_t)s->last_round) {
+        s->task_round = (uint32_t)s->last_round; /* (the Task not held: the coordinator may send it again) */
+        beat(s, true);
     }
     if (r->code != FM_WIRE_OK)
         reply_error(s, r->code, r->why);
@@ -490,7 +498,14 @@ fm_status fm_session_handle(fm_session_t *s, const uint8_t *msg, size_t len, dou
     fm_status st = FM_OK;
     switch (env->body_case) {
     case FEDMOE__ENVELOPE__BODY_WELCOME: st = handle_welcome(s, env->welcome); break;
-    case FEDMOE__ENVELOPE__BODY_TASK: handle_task(s, env); return FM_OK; /* (the job owns env) */
+    case FEDMOE__ENVELOPE__BODY_TASK:
+        if (s->job != JOB_NONE) { /* (the owner's mistake: one job at a time) */
+            fm_wire_free(env);
+            fm_error_set("a Task handed to a session whose job is out");
+            return FM_ERR_STATE;
+        }
+        handle_task(s, env);
+        return FM_OK; /* (the job owns env) */
     case FEDMOE__ENVELOPE__BODY_GRANT: handle_grant(s, env->grant); break;
     case FEDMOE__ENVELOPE__BODY_SHUTDOWN:
         if (env->shutdown->resumable && s->run_id[0]) {

@@ -47,8 +47,8 @@ typedef struct {
     fm_status (*send)(void *user, const uint8_t *msg, size_t len);
     /* The client's data (a virtual host's shared copy); NULL: fm_client_data_load. */
     fm_status (*data)(void *user, const fm_data_spec_t *spec, fm_client_data_t *out);
-    /* A Task of round `round` of run_id arrived; and whether that round is
-     * over (a later one was sent), so what was kept to run it again can go. */
+    /* Round `round` of run_id was trained; and whether that round is over (a
+     * later one was trained), so what was kept to run it again can go. */
     void (*saw_round)(void *user, const char *run_id, int round);
     bool (*round_over)(void *user, const char *run_id, int round);
     /* A model was freed (the owner may give the memory back). */

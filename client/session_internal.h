@@ -35,6 +35,7 @@ typedef struct {
     uint32_t round;
     uint8_t nonce[FM_NONCE_BYTES];
     bool trained;           /* a round was trained (the state file written) */
+    bool abandoned;         /* stopped mid-round: the state as before it, the Task not held */
 } job_result_t;
 
 typedef enum { JOB_NONE, JOB_WAITING } job_state_t; /* (waiting: handed out or not, until work_done) */
@@ -55,7 +56,8 @@ struct fm_session {
     fm_exchange_dims_t dims;
     float *vec;             /* federated vector scratch */
     int last_round;         /* last round trained (0: none) */
-    snapshot_t pre;         /* the state from before round pre.round (= last_round) */
+    snapshot_t pre;         /* the state from before round pre.round (last_round, or the next one begun
+                               and stopped) */
     double started;         /* the first tick (< 0: none yet) */
     double last_beat, heartbeat_s; /* the last Heartbeat, and how often (the Welcome's) */
     double away_since;      /* > 0: the coordinator stopped mid-run then (waiting for it) */

@@ -269,76 +269,134 @@ static void test_timers_follow_the_clock(void **state)
     end_clients();
 }
 
-/* A Task sent again after its Update is answered with the same bytes, not
- * trained again; a stopped job leaves no Update and the session goes on. */
+/* The last message client 0 sent, decoded (the caller frees it). */
+static Fedmoe__Envelope *last_sent(void)
+{
+    assert_true(nq > 0);
+    Fedmoe__Envelope *e = NULL;
+    assert_int_equal(fm_wire_decode(q[nq - 1].buf, q[nq - 1].len, (size_t)1 << 30, &e), FM_OK);
+    return e;
+}
+
+static void clear_queue(void)
+{
+    for (int k = 0; k < nq; k++)
+        free(q[k].buf);
+    nq = 0;
+}
+
+/* Trains `task` in session 0 (granted at once): the Update's bytes. */
+static uint8_t *train_task(const uint8_t *task, size_t task_len, double now, size_t *len)
+{
+    clear_queue();
+    int before = sent_by[0][FEDMOE__ENVELOPE__BODY_UPDATE];
+    assert_int_equal(fm_session_handle(sess[0], task, task_len, now), FM_OK);
+    assert_true(fm_session_job_waiting(sess[0]));
+    fm_session_work(sess[0], &no_stop);
+    assert_int_equal(fm_session_work_done(sess[0], now), FM_OK);
+    if (sent_by[0][FEDMOE__ENVELOPE__BODY_UPDATE] == before)
+        grant(0, 1, now);
+    assert_int_equal(sent_by[0][FEDMOE__ENVELOPE__BODY_UPDATE], before + 1);
+    uint8_t *out = malloc(q[nq - 1].len);
+    memcpy(out, q[nq - 1].buf, q[nq - 1].len);
+    *len = q[nq - 1].len;
+    return out;
+}
+
+/* The first message of `kind` the coordinator sent to client 0 (kept in
+ * *out); the others are handled by the session. */
+static void run_until(fm_coordinator_t *c, int kind, uint8_t **out, size_t *len, uint8_t **welcome, size_t *wlen)
+{
+    for (int step = 0; step < 20 && !*out; step++) {
+        for (int k = 0; k < nq; k++) {
+            if (q[k].to < 0) {
+                fm_coordinator_handle(c, ids[q[k].from], q[k].buf, q[k].len, 3.5);
+                continue;
+            }
+            Fedmoe__Envelope *e = NULL;
+            assert_int_equal(fm_wire_decode(q[k].buf, q[k].len, (size_t)1 << 30, &e), FM_OK);
+            uint8_t **keep = (int)e->body_case == kind && !*out ? out
+                             : e->body_case == FEDMOE__ENVELOPE__BODY_WELCOME && !*welcome ? welcome : NULL;
+            if (keep) {
+                *keep = malloc(q[k].len);
+                memcpy(*keep, q[k].buf, q[k].len);
+                *(keep == out ? len : wlen) = q[k].len;
+            }
+            if (keep != out)
+                assert_int_equal(fm_session_handle(sess[0], q[k].buf, q[k].len, 3.5), FM_OK);
+            fm_wire_free(e);
+        }
+        clear_queue();
+        fm_coordinator_tick(c, 3.5 + step);
+    }
+    assert_non_null(*out);
+}
+
+/* Two encoded Updates carry the same model, prompt and scores (not the
+ * same seconds: a measurement). */
+static void same_update(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen)
+{
+    Fedmoe__Envelope *x = NULL, *y = NULL;
+    assert_int_equal(fm_wire_decode(a, alen, (size_t)1 << 30, &x), FM_OK);
+    assert_int_equal(fm_wire_decode(b, blen, (size_t)1 << 30, &y), FM_OK);
+    const Fedmoe__Update *u = x->update, *v = y->update;
+    assert_int_equal(u->n_model, v->n_model);
+    assert_true(u->n_model > 0);
+    for (size_t i = 0; i < u->n_model; i++) {
+        assert_int_equal(u->model[i]->data.len, v->model[i]->data.len);
+        assert_memory_equal(u->model[i]->data.data, v->model[i]->data.data, u->model[i]->data.len);
+    }
+    assert_int_equal(u->prompt->data.len, v->prompt->data.len);
+    assert_memory_equal(u->prompt->data.data, v->prompt->data.data, u->prompt->data.len);
+    assert_true(u->metrics->train_loss == v->metrics->train_loss);
+    assert_true(u->metrics->test_loss == v->metrics->test_loss);
+    fm_wire_free(x);
+    fm_wire_free(y);
+}
+
+/* A job stopped mid-round sends nothing, puts the state back as before the
+ * round and says the Task is not held (so the coordinator may send it again);
+ * trained afterwards, its Update is the one a session never stopped makes. A
+ * Task sent again after its Update is answered with the same bytes, not
+ * trained again. */
 static void test_repeated_task_and_stop(void **state)
 {
     (void)state;
     fm_server_config_t cfg;
-    /* a Task captured from a coordinator, given to the session by hand */
     fm_coordinator_t *c = coordinator(&cfg, 1, 3);
     new_clients(1);
-    drop_to_coordinator = true;
-    uint8_t *task = NULL;
-    size_t task_len = 0;
-    fm_session_tick(sess[0], 0.0);
-    drop_to_coordinator = false;
+    uint8_t *task = NULL, *welcome = NULL;
+    size_t task_len = 0, welcome_len = 0;
     fm_session_tick(sess[0], 3.5);
-    for (int step = 0; step < 20 && !task; step++) {
-        for (int k = 0; k < nq; k++) {
-            if (q[k].to < 0) {
-                fm_coordinator_handle(c, ids[q[k].from], q[k].buf, q[k].len, 3.5);
-            } else {
-                Fedmoe__Envelope *e = NULL;
-                assert_int_equal(fm_wire_decode(q[k].buf, q[k].len, (size_t)1 << 30, &e), FM_OK);
-                if (e->body_case == FEDMOE__ENVELOPE__BODY_TASK && !task) {
-                    task = malloc(q[k].len);
-                    memcpy(task, q[k].buf, q[k].len);
-                    task_len = q[k].len;
-                } else {
-                    assert_int_equal(fm_session_handle(sess[0], q[k].buf, q[k].len, 3.5), FM_OK);
-                }
-                fm_wire_free(e);
-            }
-            free(q[k].buf);
-        }
-        nq = 0;
-        fm_coordinator_tick(c, 3.5 + step);
-    }
-    assert_non_null(task);
-    drop_to_coordinator = true;
-    /* stopped: no Update, and nothing to resend */
+    run_until(c, FEDMOE__ENVELOPE__BODY_TASK, &task, &task_len, &welcome, &welcome_len);
+    assert_non_null(welcome);
+
     volatile sig_atomic_t stop = 1;
     assert_int_equal(fm_session_handle(sess[0], task, task_len, 4.0), FM_OK);
-    assert_true(fm_session_job_waiting(sess[0]));
+    assert_int_equal(fm_session_handle(sess[0], task, task_len, 4.0), FM_ERR_STATE); /* (one job at a time) */
     fm_session_work(sess[0], &stop);
     assert_int_equal(fm_session_work_done(sess[0], 4.0), FM_OK);
     assert_int_equal(sent_by[0][FEDMOE__ENVELOPE__BODY_UPDATE], 0);
-    /* trained, then the same Task again: the same bytes */
-    uint8_t *first = NULL;
-    size_t first_len = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        int before = sent_by[0][FEDMOE__ENVELOPE__BODY_UPDATE];
-        drop_to_coordinator = false;
-        assert_int_equal(fm_session_handle(sess[0], task, task_len, 5.0 + pass), FM_OK);
-        fm_session_work(sess[0], &no_stop);
-        assert_int_equal(fm_session_work_done(sess[0], 5.0 + pass), FM_OK);
-        if (pass == 0)
-            grant(0, 1, 5.5);
-        assert_int_equal(sent_by[0][FEDMOE__ENVELOPE__BODY_UPDATE], before + 1);
-        msg_t *last = &q[nq - 1];
-        if (pass == 0) {
-            first = malloc(last->len);
-            memcpy(first, last->buf, last->len);
-            first_len = last->len;
-        } else {
-            assert_int_equal(last->len, first_len);
-            assert_memory_equal(last->buf, first, first_len);
-        }
-    }
+    Fedmoe__Envelope *hb = last_sent();
+    assert_int_equal(hb->body_case, FEDMOE__ENVELOPE__BODY_HEARTBEAT);
+    assert_int_equal(hb->heartbeat->task_round, 0);
+    fm_wire_free(hb);
+
+    size_t first_len, again_len, fresh_len;
+    uint8_t *first = train_task(task, task_len, 5.0, &first_len);
+    uint8_t *again = train_task(task, task_len, 6.0, &again_len); /* (sent again, not trained) */
+    assert_int_equal(again_len, first_len);
+    assert_memory_equal(again, first, first_len);
+    end_clients();
+    new_clients(1); /* never stopped */
+    assert_int_equal(fm_session_handle(sess[0], welcome, welcome_len, 7.0), FM_OK);
+    uint8_t *fresh = train_task(task, task_len, 8.0, &fresh_len);
+    same_update(fresh, fresh_len, first, first_len);
     free(first);
+    free(again);
+    free(fresh);
     free(task);
-    drop_to_coordinator = false;
+    free(welcome);
     end_clients();
     fm_coordinator_destroy(&c);
 }
