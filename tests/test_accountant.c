@@ -1,0 +1,111 @@
+/* The Rényi DP accountant against published values: the expected numbers of
+ * TensorFlow Privacy's own tests of its RDP accountant (rdp_accountant_test:
+ * compute_rdp and get_privacy_spent), the closed forms at q = 1 and q = 0, and
+ * composition by addition. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "fedmoe/accountant.h"
+
+/* Within rel relative (or abs absolute) of want. */
+static void near(double got, double want, double rel, double abs_tol)
+{
+    if (!(fabs(got - want) <= abs_tol || fabs(got - want) <= rel * fabs(want)))
+        fail_msg("got %.9g, want %.9g", got, want);
+}
+
+/* TensorFlow Privacy: compute_rdp(q=0.1, z=2, steps=10, order 5) = 0.07737, and
+ * compute_rdp(0.01, 2.5, 50, [1.5, 2.5, 5, 50, 100]) = [0.00065, 0.001085,
+ * 0.00218075, 0.023846, 167.416307] (to 1e-5): integer and fractional orders,
+ * small and huge values. */
+static void test_rdp_published(void **state)
+{
+    (void)state;
+    near(10 * fm_rdp_sampled_gaussian(0.1, 2.0, 5.0), 0.07737, 0.0, 1e-5);
+    const double ord[] = {1.5, 2.5, 5, 50, 100};
+    const double want[] = {0.00065, 0.001085, 0.00218075, 0.023846, 167.416307};
+    for (int i = 0; i < 5; i++)
+        near(50 * fm_rdp_sampled_gaussian(0.01, 2.5, ord[i]), want[i], 0.01, 1e-5);
+}
+
+/* Without sampling the Gaussian mechanism's RDP is alpha / (2 z^2); nothing
+ * sampled spends nothing; no noise is unbounded. */
+static void test_rdp_closed_forms(void **state)
+{
+    (void)state;
+    near(fm_rdp_sampled_gaussian(1.0, 10.0, 20.0), 0.1, 1e-12, 0.0);
+    assert_true(fm_rdp_sampled_gaussian(0.0, 10.0, 20.0) == 0.0);
+    assert_true(isinf(fm_rdp_sampled_gaussian(0.5, 0.0, 2.0)));
+    /* sampling only helps, and more noise only helps */
+    for (int i = 0; i < FM_RDP_ORDERS; i++) {
+        double a = fm_rdp_orders()[i];
+        assert_true(fm_rdp_sampled_gaussian(0.05, 1.0, a) <= fm_rdp_sampled_gaussian(1.0, 1.0, a));
+        assert_true(fm_rdp_sampled_gaussian(0.05, 2.0, a) <= fm_rdp_sampled_gaussian(0.05, 1.0, a));
+    }
+}
+
+/* TensorFlow Privacy's get_privacy_spent: a constant RDP of 1.1 at orders
+ * 2..32 gives epsilon 1.32783806176 at delta 1e-5, at order 32; the Gaussian
+ * mechanism with z = 4.530877117 (no sampling), over a fine grid of orders, is
+ * (1, 1e-6)-DP. */
+static void test_epsilon_published(void **state)
+{
+    (void)state;
+    double ord[31], rdp[31], at;
+    for (int i = 0; i < 31; i++) {
+        ord[i] = 2 + i;
+        rdp[i] = 1.1;
+    }
+    near(fm_rdp_epsilon(ord, rdp, 31, 1e-5, &at), 1.32783806176, 1e-9, 0.0);
+    assert_true(at == 32.0);
+    int n = 99000;
+    double *o = malloc(sizeof *o * (size_t)n), *r = malloc(sizeof *r * (size_t)n);
+    assert_non_null(o);
+    assert_non_null(r);
+    for (int i = 0; i < n; i++) {
+        o[i] = 0.001 * (1000 + i);
+        r[i] = fm_rdp_sampled_gaussian(1.0, 4.530877117, o[i]);
+    }
+    near(fm_rdp_epsilon(o, r, n, 1e-6, NULL), 1.0, 1e-6, 0.0);
+    free(o);
+    free(r);
+}
+
+/* Rounds compose by addition; epsilon grows with the rounds and falls with
+ * the noise; bad arguments are refused. */
+static void test_accountant_composes(void **state)
+{
+    (void)state;
+    fm_accountant_t a, b, c;
+    fm_accountant_init(&a);
+    fm_accountant_init(&b);
+    fm_accountant_init(&c);
+    assert_int_equal(fm_accountant_add(&a, 0.1, 1.2, 50), FM_OK);
+    assert_int_equal(fm_accountant_add(&a, 0.1, 1.2, 50), FM_OK);
+    assert_int_equal(fm_accountant_add(&b, 0.1, 1.2, 100), FM_OK);
+    assert_int_equal(fm_accountant_add(&c, 0.1, 1.2, 50), FM_OK);
+    near(fm_accountant_epsilon(&a, 1e-5), fm_accountant_epsilon(&b, 1e-5), 1e-12, 0.0);
+    assert_true(fm_accountant_epsilon(&c, 1e-5) < fm_accountant_epsilon(&b, 1e-5));
+    fm_accountant_t d;
+    fm_accountant_init(&d);
+    assert_int_equal(fm_accountant_add(&d, 0.1, 3.0, 100), FM_OK);
+    assert_true(fm_accountant_epsilon(&d, 1e-5) < fm_accountant_epsilon(&b, 1e-5));
+    assert_int_equal(fm_accountant_add(&d, 1.5, 1.0, 1), FM_ERR_ARG);
+    assert_int_equal(fm_accountant_add(&d, 0.1, -1.0, 1), FM_ERR_ARG);
+    assert_int_equal(fm_accountant_add(&d, NAN, 1.0, 1), FM_ERR_ARG);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rdp_published),
+        cmocka_unit_test(test_rdp_closed_forms),
+        cmocka_unit_test(test_epsilon_published),
+        cmocka_unit_test(test_accountant_composes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
