@@ -1,7 +1,8 @@
-/* The Rényi DP accountant against published values: the expected numbers of
- * TensorFlow Privacy's own tests of its RDP accountant (rdp_accountant_test:
- * compute_rdp and get_privacy_spent), the closed forms at q = 1 and q = 0, and
- * composition by addition. */
+/* Client-level differential privacy's parts: the Rényi DP accountant against
+ * published values (the expected numbers of TensorFlow Privacy's own tests of
+ * its RDP accountant: compute_rdp and get_privacy_spent), the closed forms at
+ * q = 1 and q = 0, composition by addition; clipping an update to its bound;
+ * the noise's spread from the cryptographic generator. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +11,8 @@
 #include <stdlib.h>
 
 #include "fedmoe/accountant.h"
+#include "fedmoe/aggregate.h"
+#include "fedmoe/dpnoise.h"
 
 /* Within rel relative (or abs absolute) of want. */
 static void near(double got, double want, double rel, double abs_tol)
@@ -99,6 +102,49 @@ static void test_accountant_composes(void **state)
     assert_int_equal(fm_accountant_add(&d, NAN, 1.0, 1), FM_ERR_ARG);
 }
 
+/* An update whose distance from the reference is above C is scaled to exactly
+ * C (in direction kept); one below is left alone. */
+static void test_clip_to_bound(void **state)
+{
+    (void)state;
+    float ref[4] = {1, 2, 3, 4}, x[4] = {4, 6, 3, 4}, y[4] = {1.5f, 2, 3, 4};
+    double before = fm_clip_to_norm(x, ref, 4, 2.0);
+    near(before, 5.0, 1e-12, 0.0);
+    near(x[0] - ref[0], 1.2, 1e-6, 0.0); /* (3, 4) scaled by 2/5 */
+    near(x[1] - ref[1], 1.6, 1e-6, 0.0);
+    assert_true(x[2] == 3 && x[3] == 4);
+    near(fm_clip_to_norm(y, ref, 4, 2.0), 0.5, 1e-12, 0.0);
+    assert_true(y[0] == 1.5f);
+}
+
+/* The noise has the asked standard deviation and mean 0 (200,000 draws: the
+ * standard deviation within 1%), and two draws differ (not seeded). */
+static void test_noise_spread(void **state)
+{
+    (void)state;
+    size_t n = 200001;
+    float *x = calloc(n, sizeof *x), *y = calloc(n, sizeof *y);
+    assert_non_null(x);
+    assert_non_null(y);
+    assert_int_equal(fm_dp_add_noise(x, n, 0.7), FM_OK);
+    assert_int_equal(fm_dp_add_noise(y, n, 0.7), FM_OK);
+    double s = 0, s2 = 0;
+    size_t same = 0;
+    for (size_t i = 0; i < n; i++) {
+        s += x[i];
+        s2 += (double)x[i] * x[i];
+        same += x[i] == y[i];
+    }
+    double mean = s / n, sd = sqrt(s2 / n - mean * mean);
+    near(sd, 0.7, 0.01, 0.0);
+    assert_true(fabs(mean) < 4 * 0.7 / sqrt((double)n));
+    assert_true(same < 10);
+    assert_int_equal(fm_dp_add_noise(x, n, -1.0), FM_ERR_ARG);
+    assert_int_equal(fm_dp_add_noise(x, n, INFINITY), FM_ERR_ARG);
+    free(x);
+    free(y);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -106,6 +152,8 @@ int main(void)
         cmocka_unit_test(test_rdp_closed_forms),
         cmocka_unit_test(test_epsilon_published),
         cmocka_unit_test(test_accountant_composes),
+        cmocka_unit_test(test_clip_to_bound),
+        cmocka_unit_test(test_noise_spread),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
