@@ -1,4 +1,4 @@
-/* view_assets.h - the browser view's page (server/view_page/), built into
+/* view_assets.h - the browser view's page (server/history/view_page/), built into
  * the program (cmake/embed_assets.cmake) so it serves without a data folder. */
 #ifndef FEDMOE_VIEW_ASSETS_H
 #define FEDMOE_VIEW_ASSETS_H
