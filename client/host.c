@@ -75,6 +75,7 @@ typedef struct host {
     pthread_cond_t more;
     int *queue, qhead, qlen; /* members whose job waits for a worker (a ring of n) */
     int *done, dlen;         /* members whose job is back */
+    int *back;               /* (the loop's copy of done, taken at once) */
     bool quit;
     /* shared by a virtual host's clients */
     fm_data_cache_t cache;
@@ -384,19 +385,13 @@ static void collect(host_t *h, double now)
     uint64_t count;
     if (read(h->wake, &count, sizeof count) < 0 && errno != EAGAIN)
         fm_warn("reading the workers' wake-up: %s", strerror(errno));
-    pthread_mutex_lock(&h->lock);
-    int n = h->dlen, back[64];
-    n = n > 64 ? 64 : n;
-    memcpy(back, h->done + h->dlen - n, sizeof(int) * (size_t)n);
-    h->dlen -= n;
-    if (h->dlen) { /* (the rest at the next turn) */
-        uint64_t one = 1;
-        if (write(h->wake, &one, sizeof one) < 0) {
-        }
-    }
+    pthread_mutex_lock(&h->lock); /* (all of them: the workers go on meanwhile) */
+    int n = h->dlen;
+    memcpy(h->back, h->done, sizeof(int) * (size_t)n);
+    h->dlen = 0;
     pthread_mutex_unlock(&h->lock);
     for (int k = 0; k < n; k++) {
-        member_t *m = &h->m[back[k]];
+        member_t *m = &h->m[h->back[k]];
         m->state = M_LIVE;
         fm_status st = fm_session_work_done(m->s, now);
         if (m->failed != FM_OK)
@@ -488,7 +483,8 @@ static fm_status host_open(host_t *h)
     h->m = calloc((size_t)h->n, sizeof *h->m);
     h->queue = calloc((size_t)h->n, sizeof *h->queue);
     h->done = calloc((size_t)h->n, sizeof *h->done);
-    if (!h->m || !h->queue || !h->done)
+    h->back = calloc((size_t)h->n, sizeof *h->back);
+    if (!h->m || !h->queue || !h->done || !h->back)
         return FM_ERR_NOMEM;
     if ((h->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0 || (h->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
         fm_error_set("cannot poll: %s", strerror(errno));
@@ -529,6 +525,7 @@ static void host_close(host_t *h)
     free(h->m);
     free(h->queue);
     free(h->done);
+    free(h->back);
 }
 
 fm_status fm_host_run(const fm_session_config_t *base, const fm_host_config_t *hc, volatile sig_atomic_t *stop)

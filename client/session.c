@@ -60,7 +60,6 @@ static void send_hello(session_t *s)
 {
     s->last_hello = s->now;
     s->hello_due = false;
-    s->welcomed = false;
     Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
     Fedmoe__Hello h = FEDMOE__HELLO__INIT;
     h.client_id = s->id;
@@ -250,17 +249,16 @@ static fm_status handle_welcome(session_t *s, const Fedmoe__Welcome *w)
             s->data.val.n, s->data.test.n, s->spec.model.family == FM_FAMILY_TEXT ? "windows" : "examples",
             s->data.languages[0] ? "; languages: " : "", s->data.languages);
     send_hello(s); /* again, now with sample counts */
-    s->welcomed = true;
     return FM_OK;
 }
 
 /* Restores, before training round `round`, the state it must start from:
- * exactly once, a round sent again (the coordinator lost it, this client was
- * restarted, or its training was stopped) is trained again from the state
- * before it. */
+ * exactly once, a round sent again (the coordinator lost it, or this client was
+ * restarted) is trained again from the state before it. (A round stopped
+ * midway was put back as before it when it stopped: take_task.) */
 static fm_status start_round(session_t *s, int round)
 {
-    if (s->pre.round == round) { /* (trained, or begun and stopped) */
+    if (round == s->last_round && s->pre.round == round) {
         fm_info("round %d again: restoring the state from before it", round);
         sess_snap_restore(s, &s->pre);
         return FM_OK;
@@ -402,7 +400,6 @@ fm_status fm_session_work_done(fm_session_t *s, double now)
     fm_wire_free(s->task_env);
     s->task_env = NULL;
     s->task = NULL;
-    s->job = JOB_NONE;
     if (r->st != FM_OK) {
         free(r->bytes);
         r->bytes = NULL;
@@ -456,7 +453,6 @@ static void handle_task(session_t *s, Fedmoe__Envelope *env)
     }
     s->task_env = env;
     s->task = env->task;
-    s->job = JOB_WAITING;
 }
 
 /* The coordinator's leave to send the Update waiting for it. */
@@ -499,7 +495,7 @@ fm_status fm_session_handle(fm_session_t *s, const uint8_t *msg, size_t len, dou
     switch (env->body_case) {
     case FEDMOE__ENVELOPE__BODY_WELCOME: st = handle_welcome(s, env->welcome); break;
     case FEDMOE__ENVELOPE__BODY_TASK:
-        if (s->job != JOB_NONE) { /* (the owner's mistake: one job at a time) */
+        if (s->task) { /* (the owner's mistake: one job at a time) */
             fm_wire_free(env);
             fm_error_set("a Task handed to a session whose job is out");
             return FM_ERR_STATE;
@@ -531,7 +527,7 @@ fm_status fm_session_tick(fm_session_t *s, double now)
     if (s->started < 0.0)
         s->started = now;
     const fm_session_config_t *cfg = s->cfg;
-    if (s->job == JOB_NONE && s->pre_on_disk && s->ops.round_over && s->ops.round_over(s->ops.user, s->run_id, s->last_round))
+    if (!s->task && s->pre_on_disk && s->ops.round_over && s->ops.round_over(s->ops.user, s->run_id, s->last_round))
         sess_drop_pre(s); /* (an idle client of a virtual host: its files are its state alone) */
     if (!s->run_id[0]) {
         if (cfg->connect_timeout > 0 && now - s->started > cfg->connect_timeout) {
@@ -576,8 +572,7 @@ fm_status fm_session_new(fm_session_t **out, const fm_session_config_t *cfg, con
 const char *fm_session_id(const fm_session_t *s) { return s->id; }
 bool fm_session_ended(const fm_session_t *s) { return s->ended; }
 bool fm_session_welcomed(const fm_session_t *s) { return s->welcomed; }
-bool fm_session_job_waiting(const fm_session_t *s) { return s->job == JOB_WAITING; }
-bool fm_session_busy(const fm_session_t *s) { return s->job != JOB_NONE; }
+bool fm_session_job_waiting(const fm_session_t *s) { return s->task != NULL; }
 
 void fm_session_destroy(fm_session_t **sp)
 {

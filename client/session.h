@@ -67,7 +67,7 @@ void fm_session_destroy(fm_session_t **s);
 
 /* One message from the coordinator (its frames joined), at time now. FM_OK,
  * or the failure that ends the session (rejected, unusable run or data), with
- * its reason. Not while a job is out (fm_session_busy). */
+ * its reason. Not while a job is out (fm_session_job_waiting). */
 fm_status fm_session_handle(fm_session_t *s, const uint8_t *msg, size_t len, double now);
 /* The session's timers at time now: Hello until welcomed, heartbeats, the
  * --connect-timeout. FM_OK, or FM_ERR_IO when a wait ran out. Also while a
@@ -77,7 +77,7 @@ fm_status fm_session_tick(fm_session_t *s, double now);
 const char *fm_session_id(const fm_session_t *s);
 /* Shutdown received: the session is over (well). */
 bool fm_session_ended(const fm_session_t *s);
-/* Welcomed into a run since the last Hello. */
+/* A Welcome has come (once is enough: the host's place to connect is freed). */
 bool fm_session_welcomed(const fm_session_t *s);
 
 /* The training job. A Task handled leaves a job waiting: the owner runs
@@ -86,7 +86,6 @@ bool fm_session_welcomed(const fm_session_t *s);
  * early), then, on the session's thread, fm_session_work_done sends what it
  * made. Between the two only fm_session_tick may be called. */
 bool fm_session_job_waiting(const fm_session_t *s);
-bool fm_session_busy(const fm_session_t *s);
 void fm_session_work(fm_session_t *s, volatile sig_atomic_t *stop);
 fm_status fm_session_work_done(fm_session_t *s, double now);
 

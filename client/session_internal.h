@@ -38,8 +38,6 @@ typedef struct {
     bool abandoned;         /* stopped mid-round: the state as before it, the Task not held */
 } job_result_t;
 
-typedef enum { JOB_NONE, JOB_WAITING } job_state_t; /* (waiting: handed out or not, until work_done) */
-
 struct fm_session {
     const fm_session_config_t *cfg;
     fm_session_ops_t ops;
@@ -66,7 +64,7 @@ struct fm_session {
     uint32_t task_round;    /* the round of the newest Task taken (0: none), for heartbeats */
     bool hello_due;         /* a restarted coordinator asked who we are: a Hello, rate-limited */
     bool hello_unsent;      /* the last Hello found no connection (said once until one goes) */
-    bool welcomed;          /* a Welcome since the last Hello */
+    bool welcomed;          /* a Welcome has come (the way in is through) */
     bool ended;             /* Shutdown */
     bool pre_on_disk;       /* the .pre state file exists (sess_save_state, sess_drop_pre) */
     struct {                /* the last update sent, as sent: a repeated task gets it again */
@@ -79,8 +77,8 @@ struct fm_session {
     bool grants;            /* the coordinator grants uploads (its Welcome said so) */
     bool spilled;           /* model and trainer freed between rounds: rebuilt from the state file */
     bool loaded;            /* the state file was read since the welcome */
-    job_state_t job;
-    Fedmoe__Task *task;     /* the job's Task (its envelope, owned) */
+    Fedmoe__Task *task;     /* the job's Task (its envelope, owned): non-NULL from the Task's handling to
+                               work_done, the job out */
     Fedmoe__Envelope *task_env;
     job_result_t result;
 };

@@ -113,7 +113,7 @@ static void pump(fm_coordinator_t *c, double now)
         moved = 0;
         for (int k = 0; k < nq; k++) {
             msg_t m = q[k];
-            if (m.to >= 0 && (!sess[m.to] || fm_session_busy(sess[m.to])))
+            if (m.to >= 0 && (!sess[m.to] || fm_session_job_waiting(sess[m.to])))
                 continue;
             memmove(q + k, q + k + 1, sizeof *q * (size_t)(nq - k - 1));
             nq--;
@@ -154,7 +154,7 @@ static void pump_until_job(fm_coordinator_t *c, double now)
 {
     for (int k = 0; k < nq; k++) {
         msg_t m = q[k];
-        if (m.to >= 0 && fm_session_busy(sess[m.to]))
+        if (m.to >= 0 && fm_session_job_waiting(sess[m.to]))
             continue;
         memmove(q + k, q + k + 1, sizeof *q * (size_t)(nq - k - 1));
         nq--;
