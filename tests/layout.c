@@ -1,27 +1,39 @@
 /* Prints the parameter layout of the default model (the run defaults of
- * fedmoe-server: fm_run_spec_default) as the markdown table in
- * docs/protocol.md, which the ctest protocol_layout compares with it, so the
- * page cannot drift from the code. */
+ * fedmoe-server: fm_run_spec_default; `layout text`: of --task text) as the
+ * markdown tables in docs/protocol.md, which the ctests protocol_layout and
+ * protocol_layout_text compare with it, so the page cannot drift from the
+ * code. */
+#include <stdbool.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "fedmoe/model.h"
 #include "fedmoe/rng.h"
 #include "fedmoe/runspec.h"
 
-int main(void)
+int main(int argc, char **argv)
 {
+    bool text = argc == 2 && strcmp(argv[1], "text") == 0;
+    if (argc > 2 || (argc == 2 && !text)) {
+        fprintf(stderr, "usage: layout [text]\n");
+        return 2;
+    }
     fm_run_spec_t spec;
     fm_run_spec_default(&spec);
     spec.strategy = FM_STRATEGY_FEDAVG;
+    if (text)
+        fm_model_config_text(&spec.model);
     if (fm_run_spec_finish(&spec) != FM_OK)
         return 1;
-    spec.model.gating = true; /* the registry of the pool strategies: gating registered too */
+    spec.model.gating = !text; /* the registry of the pool strategies: gating registered too */
     fm_model_t *m = NULL;
     if (fm_model_new(&m, &spec.model, spec.seed, fm_rng_stream(FM_STREAM_INIT, 1)) != FM_OK)
         return 1;
     fm_params_t *ps = fm_model_params(m);
-    printf("| # | name | rows x cols | group | role | level | `model` offset, fedavg / pfedmoap | `model` offset, "
-           "comigs / full |\n|--:|---|---|---|---|---|--:|--:|\n");
+    /* text runs refuse the prompt strategies: its columns are fedavg and comigs */
+    printf("| # | name | rows x cols | group | role | level | `model` offset, %s | `model` offset, %s |\n"
+           "|--:|---|---|---|---|---|--:|--:|\n",
+           text ? "fedavg" : "fedavg / pfedmoap", text ? "comigs" : "comigs / full");
     size_t off[2] = {0, 0};
     const fm_strategy by[2] = {FM_STRATEGY_PFEDMOAP, FM_STRATEGY_FULL};
     for (int i = 0; i < ps->count; i++) {

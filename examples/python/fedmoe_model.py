@@ -214,6 +214,38 @@ def text_features_back(m, dtn, cache):
 
 # ---- forward and backward ---------------------------------------------------
 
+def moe_block(m, b, h):
+    """MoE block b on the rows of h (docs/model.md, "The image model's forward
+    pass, exactly", step 3; the text model's too): what it adds to h, the
+    cache backward needs, its load-balancing term and each row's generalist
+    share (over the blocks)."""
+    s, p = m.spec, m.p
+    B = h.shape[0]
+    u, lnc = layernorm(h, p["block%d.ln.g" % b], p["block%d.ln.b" % b])
+    r = u @ p["block%d.router" % b].T
+    order = np.argsort(-r, axis=1, kind="stable")[:, :s.top_k]  # ties to the lower index
+    w = softmax(np.take_along_axis(r, order, axis=1))
+    out = np.zeros_like(h)
+    experts = []
+    for e in range(m.E):
+        rows, slot = np.nonzero(order == e)
+        if len(rows) == 0:
+            experts.append(None)
+            continue
+        x_ = "block%d.expert%d." % (b, e)
+        ue = u[rows]
+        z1 = ue @ p[x_ + "w1"].T + p[x_ + "b1"]
+        a1, t1 = gelu(z1)
+        y = a1 @ p[x_ + "w2"].T + p[x_ + "b2"]
+        out[rows] += w[rows, slot][:, None] * y
+        experts.append((rows, slot, ue, z1, t1, a1, y))
+    share = np.where(order < s.generalists, w, 0.0).sum(axis=1) / s.blocks
+    probs = softmax(r)
+    f = np.bincount(order.reshape(-1), minlength=m.E).astype(h.dtype) / (B * s.top_k)
+    lb = s.lb_weight * float((f * probs.mean(axis=0) / m.q).sum())
+    return out, (h, u, lnc, r, order, w, experts, probs, f), lb, share
+
+
 def forward(m, x, nonlocal_prompts):
     """Logits (B x C), the load-balancing term, and what backward needs."""
     s, p = m.spec, m.p
@@ -224,29 +256,9 @@ def forward(m, x, nonlocal_prompts):
     c["stem"] = (a0, t0)
     lb, blocks, share = 0.0, [], np.zeros(B, dtype=x.dtype)
     for b in range(s.blocks):
-        u, lnc = layernorm(h, p["block%d.ln.g" % b], p["block%d.ln.b" % b])
-        r = u @ p["block%d.router" % b].T
-        order = np.argsort(-r, axis=1, kind="stable")[:, :s.top_k]  # ties to the lower index
-        w = softmax(np.take_along_axis(r, order, axis=1))
-        out = np.zeros_like(h)
-        experts = []
-        for e in range(m.E):
-            rows, slot = np.nonzero(order == e)
-            if len(rows) == 0:
-                experts.append(None)
-                continue
-            x_ = "block%d.expert%d." % (b, e)
-            ue = u[rows]
-            z1 = ue @ p[x_ + "w1"].T + p[x_ + "b1"]
-            a1, t1 = gelu(z1)
-            y = a1 @ p[x_ + "w2"].T + p[x_ + "b2"]
-            out[rows] += w[rows, slot][:, None] * y
-            experts.append((rows, slot, ue, z1, t1, a1, y))
-        share += np.where(order < s.generalists, w, 0.0).sum(axis=1) / s.blocks
-        probs = softmax(r)
-        f = np.bincount(order.reshape(-1), minlength=m.E).astype(x.dtype) / (B * s.top_k)
-        lb += s.lb_weight * float((f * probs.mean(axis=0) / m.q).sum())
-        blocks.append((h, u, lnc, r, order, w, experts, probs, f))
+        out, cache, lb_b, share_b = moe_block(m, b, h)
+        lb, share = lb + lb_b, share + share_b
+        blocks.append(cache)
         h = h + out
     c["blocks"], c["share"] = blocks, share
     f, fc = layernorm(h, p["feature.ln.g"], p["feature.ln.b"])
