@@ -108,7 +108,9 @@ class Model(nn.Module):
         v = torch.cat([prompt.reshape(1, -1).expand(C, -1), self.emb], dim=1)
         return F.normalize(self.wb(gelu(self.wa(v))), dim=-1)
 
-    def forward(self, x, y):
+    def logits(self, x, gated=True):
+        """The logits and the load-balancing term (gated=False: no non-local
+        prompts, logits tau cos(f, t_c(P_L)), as in a client's first round)."""
         h = self.stem(x)
         lb = 0.0
         for b in self.blocks:
@@ -118,6 +120,8 @@ class Model(nn.Module):
         nf = F.normalize(f, dim=-1)
         tl = self.text(self.prompt)
         c1 = nf @ tl.t()
+        if not gated:
+            return TAU * c1, lb
         tall = torch.cat([tl.unsqueeze(0), self.t_nl], 0)  # (J, C, D)
         J = tall.shape[0]
         dh = D // HEADS
@@ -128,7 +132,10 @@ class Model(nn.Module):
         gq = (nf @ self.wo.weight).view(-1, HEADS, dh)
         vdot = torch.einsum("bhd,jchd->bchj", gq, v)
         c2 = (a * vdot).sum((2, 3)) + (nf @ self.wo.bias).unsqueeze(1)
-        logits = TAU * (LAM * c1 + c2)
+        return TAU * (LAM * c1 + c2), lb
+
+    def forward(self, x, y):
+        logits, lb = self.logits(x)
         return F.cross_entropy(logits, y) + LB_W * lb
 
 

@@ -44,15 +44,18 @@ class Attention(nn.Module):
 
 
 class TextModel(nn.Module):
-    def __init__(self, context):
+    def __init__(self, context, untied=False):
         super().__init__()
         self.emb = nn.Embedding(V, D)
         self.pos = nn.Parameter(torch.randn(context, D) * 0.02)
         self.attn = nn.ModuleList([Attention(context) for _ in range(L)])
         self.moe = nn.ModuleList([Block() for _ in range(L)])
         self.lnf = nn.LayerNorm(D)
+        self.out = nn.Linear(D, V, bias=False) if untied else None  # an output layer of its own
 
-    def forward(self, tok):
+    def logits(self, tok):
+        """Every position's logits ((B x T) x 256), the load-balancing term
+        and the bytes to predict."""
         x, y = tok[:, :-1], tok[:, 1:]
         B, Tn = x.shape
         h = self.emb(x) + self.pos[:Tn]
@@ -62,8 +65,12 @@ class TextModel(nn.Module):
             flat, l = m(h.reshape(B * Tn, D))
             h = flat.view(B, Tn, D)
             lb = lb + l
-        logits = self.lnf(h) @ self.emb.weight.t()
-        return F.cross_entropy(logits.reshape(-1, V), y.reshape(-1)) + LB_W * lb
+        w = self.out.weight if self.out is not None else self.emb.weight
+        return (self.lnf(h) @ w.t()).reshape(-1, V), lb, y.reshape(-1)
+
+    def forward(self, tok):
+        logits, lb, y = self.logits(tok)
+        return F.cross_entropy(logits, y) + LB_W * lb
 
 
 def main():

@@ -3,7 +3,7 @@
 # Works as root, or through sudo. Installs only what is missing.
 #   scripts/install-deps.sh          build + run + test dependencies
 #   scripts/install-deps.sh --bench  also python3-torch for the PyTorch comparison
-#   scripts/install-deps.sh --ci     also clang + libFuzzer and valgrind (CI's extra checks)
+#   scripts/install-deps.sh --ci     also clang + libFuzzer, valgrind and python3-torch (CI's extra checks)
 #   scripts/install-deps.sh --docker also starts the Docker engine (Debian's dockerd, in the
 #                                    background) when none answers (docker/engine.sh)
 set -euo pipefail
@@ -23,7 +23,7 @@ pkgs=(build-essential cmake pkg-config
       docker.io docker-compose debootstrap python3-yaml)      # docker/ and its tests (the engine: docker/engine.sh)
 case "${1:-}" in
   --bench) pkgs+=(python3-torch) ;;
-  --ci) pkgs+=(clang libclang-rt-14-dev valgrind python3) ;;
+  --ci) pkgs+=(clang libclang-rt-14-dev valgrind python3 python3-torch) ;;
   --docker) engine=1 ;;
   "") ;;
   *) echo "install-deps: unknown option '$1' (--bench, --ci or --docker)" >&2; exit 2 ;;

@@ -10,11 +10,14 @@
  *   x.bin        N inputs (N x in_dim), y.bin their labels (N bytes)
  *   nonlocal.bin K non-local prompts (K x prompt_len x prompt_dim)
  *   logits0.bin  the logits (N x classes) without non-local prompts,
- *   logitsK.bin  and with the K prompts (through the attention gating)
+ *   logitsK.bin  and with the K prompts (through the attention gating);
+ *   loss0.bin, lossK.bin  their mean cross-entropy against y and the
+ *                load-balancing term (2 floats)
  * text, text-untied (the text model with its output layer tied to the byte
  * embedding, or one of its own):
  *   tok.bin      N windows of context + 1 bytes
  *   logits.bin   the logits (N x context x 256) of every position's next byte
+ *   loss.bin     their mean cross-entropy and the load-balancing term (2 floats)
  * All floats little-endian float32.
  *   forward_dump OUTDIR [image|text|text-untied] */
 #include <stdbool.h>
@@ -39,6 +42,13 @@ static int write_file(const char *dir, const char *name, const void *data, size_
         return -1;
     }
     return 0;
+}
+
+/* A forward pass's cross-entropy and load-balancing term. */
+static int write_loss(const char *dir, const char *name, const fm_batch_stats_t *st)
+{
+    float v[2] = {st->loss, st->lb_loss};
+    return write_file(dir, name, v, sizeof v);
 }
 
 /* Every parameter's values in registry order into one buffer. */
@@ -81,12 +91,14 @@ static int dump_image(const char *dir, fm_model_t *m, const fm_model_config_t *c
         write_file(dir, "nonlocal.bin", nl, (size_t)K * c->prompt_len * c->prompt_dim * sizeof *nl) != 0)
         goto out;
     fm_model_forward(m, &b, true, logits, &st);
-    if (write_file(dir, "logits0.bin", logits, (size_t)N * c->classes * sizeof *logits) != 0)
+    if (write_file(dir, "logits0.bin", logits, (size_t)N * c->classes * sizeof *logits) != 0 ||
+        write_loss(dir, "loss0.bin", &st) != 0)
         goto out;
     if (fm_model_set_nonlocal(m, nl, K) != FM_OK)
         goto out;
     fm_model_forward(m, &b, true, logits, &st);
-    if (write_file(dir, "logitsK.bin", logits, (size_t)N * c->classes * sizeof *logits) != 0)
+    if (write_file(dir, "logitsK.bin", logits, (size_t)N * c->classes * sizeof *logits) != 0 ||
+        write_loss(dir, "lossK.bin", &st) != 0)
         goto out;
     printf("forward_dump: image, %d inputs, %d non-local prompts\n", N, K);
     rc = 0;
@@ -115,7 +127,7 @@ static int dump_text(const char *dir, fm_model_t *m, const fm_model_config_t *c,
     fm_batch_stats_t st;
     fm_model_forward(m, &b, true, logits, &st);
     if (write_file(dir, "tok.bin", ds.tok, WINDOWS * (T + 1)) != 0 ||
-        write_file(dir, "logits.bin", logits, rows * 256 * sizeof *logits) != 0)
+        write_file(dir, "logits.bin", logits, rows * 256 * sizeof *logits) != 0 || write_loss(dir, "loss.bin", &st) != 0)
         goto out;
     printf("forward_dump: text (%s output), %d windows of %zu bytes, loss %.4f nats a byte\n",
            c->untied ? "untied" : "tied", WINDOWS, T, (double)st.loss);
