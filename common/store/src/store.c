@@ -1,6 +1,5 @@
 #include "fedmoe/store.h"
 
-#include <openssl/evp.h>
 #include <sqlite3.h>
 #include <fcntl.h>
 #include <math.h>
@@ -169,13 +168,12 @@ static fm_status db_error(fm_store_t *s, const char *what)
     return FM_ERR_IO;
 }
 
-void fm_sha256_hex(const uint8_t *data, size_t len, char out[65])
+/* Runs a statement that returns no rows, once, and finalizes it. */
+static fm_status step_once(fm_store_t *s, sqlite3_stmt *st, const char *what)
 {
-    uint8_t d[32];
-    unsigned int n = 32;
-    EVP_Digest(data, len, d, &n, EVP_sha256(), NULL);
-    for (int i = 0; i < 32; i++)
-        snprintf(out + 2 * i, 3, "%02x", d[i]);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? FM_OK : db_error(s, what);
 }
 
 fm_status fm_store_open(fm_store_t **out, const char *path, bool readonly)
@@ -271,9 +269,7 @@ fm_status fm_store_create_run(fm_store_t *s, const char *run_id, const char *con
     sqlite3_bind_int64(st, 4, (sqlite3_int64)seed);
     sqlite3_bind_text(st, 5, strategy, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int(st, 6, rounds_planned);
-    int rc = sqlite3_step(st);
-    sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? FM_OK : db_error(s, "create run");
+    return step_once(s, st, "create run");
 }
 
 fm_status fm_store_set_run_status(fm_store_t *s, const char *run_id, const char *status)
@@ -288,9 +284,7 @@ fm_status fm_store_set_run_status(fm_store_t *s, const char *run_id, const char 
     sqlite3_bind_text(st, 2, status, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 3, now, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 4, run_id, -1, SQLITE_TRANSIENT);
-    int rc = sqlite3_step(st);
-    sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? FM_OK : db_error(s, "set run status");
+    return step_once(s, st, "set run status");
 }
 
 fm_status fm_store_upsert_client(fm_store_t *s, const char *run_id, const fm_client_row_t *c)
@@ -312,9 +306,7 @@ fm_status fm_store_upsert_client(fm_store_t *s, const char *run_id, const fm_cli
     sqlite3_bind_int64(st, 7, c->train_samples);
     sqlite3_bind_int64(st, 8, c->val_samples);
     sqlite3_bind_int64(st, 9, c->test_samples);
-    int rc = sqlite3_step(st);
-    sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? FM_OK : db_error(s, "record client");
+    return step_once(s, st, "record client");
 }
 
 fm_status fm_store_commit_round(fm_store_t *s, const char *run_id, const fm_round_row_t *r,
