@@ -295,6 +295,25 @@ static void fill_row(fm_client_round_row_t *row, const fm_metrics_t *m, uint64_t
     row->bytes_up = (int64_t)bytes;
 }
 
+/* Bounds the update's distance from the state it was sent (--clip-norm;
+ * auto before a bound was learned: the one the round's sample set, if yet);
+ * returns its weight in the mean (its client's). */
+static uint64_t clip(fm_coordinator_t *c, fm_participant_t *p, const char *id, float *prompt)
+{
+    fm_exchange_t e = fm_exchange_of(&c->spec);
+    double bound[2] = {c->clip[0] > 0.0 ? c->clip[0] : c->sampled[0], c->clip[1] > 0.0 ? c->clip[1] : c->sampled[1]};
+    if (e.model)
+        p->norm[0] = fm_clip_to_norm(c->scratch, c->global, c->dims.nmodel, bound[0]);
+    if (e.prompt)
+        p->norm[1] = fm_clip_to_norm(prompt, c->gprompt, c->dims.nprompt, bound[1]);
+    if ((bound[0] > 0.0 && p->norm[0] > bound[0]) || (bound[1] > 0.0 && p->norm[1] > bound[1])) {
+        c->clipped++;
+        fm_info("round %d: update of %s clipped (distance %.4g / %.4g, bound %.4g / %.4g)", c->round.number, id,
+                p->norm[0], p->norm[1], bound[0], bound[1]);
+    }
+    return fm_registry_at(c->reg, p->slot)->weight;
+}
+
 static void handle_update(fm_coordinator_t *c, const char *id, int slot, const Fedmoe__Update *u, size_t bytes)
 {
     fm_participant_t *p = update_target(c, id, slot, u);
@@ -329,22 +348,11 @@ static void handle_update(fm_coordinator_t *c, const char *id, int slot, const F
         fm_coord_send_error(c, id, code, why);
         return;
     }
-    /* bound the update's distance from the state it was sent (--clip-norm;
-     * auto before a bound was learned: the one the round's sample set, if yet) */
-    double bound[2] = {c->clip[0] > 0.0 ? c->clip[0] : c->sampled[0], c->clip[1] > 0.0 ? c->clip[1] : c->sampled[1]};
-    if (e.model)
-        p->norm[0] = fm_clip_to_norm(c->scratch, c->global, c->dims.nmodel, bound[0]);
-    if (e.prompt)
-        p->norm[1] = fm_clip_to_norm(prompt, c->gprompt, c->dims.nprompt, bound[1]);
-    if ((bound[0] > 0.0 && p->norm[0] > bound[0]) || (bound[1] > 0.0 && p->norm[1] > bound[1])) {
-        c->clipped++;
-        fm_info("round %d: update of %s clipped (distance %.4g / %.4g, bound %.4g / %.4g)", c->round.number, id,
-                p->norm[0], p->norm[1], bound[0], bound[1]);
-    }
+    uint64_t weight = fm_dp_on(&c->spec.dp) ? fm_coord_dp_clip(c, p, c->scratch, prompt) : clip(c, p, id, prompt);
     /* checked above, room reserved at the round's opening: adding fails only
      * when a kept update cannot be written to its file (the disk) */
-    if ((e.model && fm_aggregator_add(c->agg_model, c->scratch, cl->weight) != FM_OK) ||
-        (e.prompt && fm_aggregator_add(c->agg_prompt, prompt, cl->weight) != FM_OK)) {
+    if ((e.model && fm_aggregator_add(c->agg_model, c->scratch, weight) != FM_OK) ||
+        (e.prompt && fm_aggregator_add(c->agg_prompt, prompt, weight) != FM_OK)) {
         fm_errorf("round %d: the update of %s cannot be kept: %s", c->round.number, id, fm_error_last());
         free(prompt);
         fm_round_refuse(&c->round, p);

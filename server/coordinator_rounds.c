@@ -206,6 +206,7 @@ static void round_row(const fm_coordinator_t *c, double now, fm_round_row_t *r)
     r->bytes_up = c->bytes_up;
     r->bytes_down = c->bytes_down;
     r->seconds = now - c->round.started;
+    r->epsilon = fm_coord_dp_epsilon(c, c->round.number);
 }
 
 /* The bounds on update distances for the next round: fixed, none, or (auto)
@@ -307,10 +308,16 @@ static fm_status commit_round(fm_coordinator_t *c, double now)
     if (e.prompt && learns_bound(c, 1))
         late[1] = fm_aggregator_clip_rows(c->agg_prompt, c->gprompt, learned[1]);
     c->clipped += late[0] > late[1] ? late[0] : late[1];
+    bool dp = fm_dp_on(&c->spec.dp);
+    if (dp && fm_coord_dp_pad(c) != FM_OK)
+        return FM_ERR_STATE;
     if (e.model && fm_aggregator_result(c->agg_model, c->global) != FM_OK)
         return FM_ERR_STATE;
     if (e.prompt && fm_aggregator_result(c->agg_prompt, c->gprompt) != FM_OK)
         return FM_ERR_STATE;
+    fm_status st = dp ? fm_coord_dp_noise(c) : FM_OK; /* (fails only for want of memory or randomness) */
+    if (st != FM_OK)
+        return st;
     fm_round_row_t r;
     round_row(c, now, &r);
     fm_client_round_row_t *rows = calloc((size_t)c->round.nparts, sizeof *rows);
@@ -323,7 +330,7 @@ static fm_status commit_round(fm_coordinator_t *c, double now)
     }
     uint8_t *ckpt = NULL;
     size_t ckpt_len = 0;
-    fm_status st = encode_checkpoint(c, learned, &ckpt, &ckpt_len);
+    st = encode_checkpoint(c, learned, &ckpt, &ckpt_len);
     if (st == FM_OK) {
         fm_sha256_hex(ckpt, ckpt_len, r.checkpoint_sha256);
         st = fm_store_commit_round(c->store, c->run_id, &r, rows, c->round.nparts, ckpt, ckpt_len);
@@ -342,12 +349,14 @@ static fm_status commit_round(fm_coordinator_t *c, double now)
             p->prompt = NULL;
         }
     }
-    char clipped[48] = "";
+    char clipped[48] = "", eps[64] = "";
     if (c->clipped)
         snprintf(clipped, sizeof clipped, " (%d clipped)", c->clipped);
-    fm_info("round %d/%d: %d/%d clients%s, train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.1f s", r.round,
+    if (dp)
+        snprintf(eps, sizeof eps, ", epsilon %.3g (delta %g)", r.epsilon, c->spec.dp.delta);
+    fm_info("round %d/%d: %d/%d clients%s, train loss %.4f, test loss %.4f, test accuracy %.2f%%, %.1f s%s", r.round,
             c->cfg.rounds, r.completed, r.selected, clipped, r.train_loss, r.test_loss, 100.0 * r.test_accuracy,
-            r.seconds);
+            r.seconds, eps);
     return FM_OK;
 }
 
@@ -401,6 +410,13 @@ static void shutdown_clients(fm_coordinator_t *c, const char *reason, bool resum
             fm_coord_emit(c, fm_registry_at(c->reg, i)->id, &env);
 }
 
+/* --dp-epsilon-budget: whether the next round would pass it (the one place
+ * the budget is asked). */
+static bool over_budget(const fm_coordinator_t *c)
+{
+    return c->spec.dp.budget > 0.0 && fm_coord_dp_epsilon(c, c->round.number) > c->spec.dp.budget;
+}
+
 fm_status fm_coordinator_tick(fm_coordinator_t *c, double now)
 {
     if (c->finished)
@@ -414,8 +430,15 @@ fm_status fm_coordinator_tick(fm_coordinator_t *c, double now)
     fm_status st = FM_OK;
     if (c->round.state == FM_ROUND_OPEN && (st = decide(c, now)) != FM_OK)
         return st;
-    if (c->round.number > c->cfg.rounds) {
-        fm_info("run %s finished: %d rounds", c->run_id, c->cfg.rounds);
+    bool spent = c->round.state == FM_ROUND_WAITING && over_budget(c);
+    if (c->round.number > c->cfg.rounds || spent) {
+        if (spent)
+            fm_info("run %s finished: round %d would spend epsilon %.3g, more than the budget %g (delta %g); "
+                    "%d rounds of %d",
+                    c->run_id, c->round.number, fm_coord_dp_epsilon(c, c->round.number), c->spec.dp.budget,
+                    c->spec.dp.delta, c->round.number - 1, c->cfg.rounds);
+        else
+            fm_info("run %s finished: %d rounds", c->run_id, c->cfg.rounds);
         c->finished = true;
         st = fm_store_set_run_status(c->store, c->run_id, "finished");
         shutdown_clients(c, "the run is finished", false);

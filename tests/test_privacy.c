@@ -12,7 +12,7 @@
 
 #include "fedmoe/accountant.h"
 #include "fedmoe/aggregate.h"
-#include "fedmoe/dpnoise.h"
+#include "fedmoe/dp.h"
 
 /* Within rel relative (or abs absolute) of want. */
 static void near(double got, double want, double rel, double abs_tol)

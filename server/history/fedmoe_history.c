@@ -185,13 +185,20 @@ static int cmd_rounds(fm_store_t *st, const char *arg)
            fm_run_holdout(&run) ? "; holdout run: test_loss and test_acc are on held-out train/validation data" : "");
     char tr[16], te[16];
     double unit = fm_run_loss_unit(&run); /* (text: bits per byte) */
-    printf("%5s %8s %9s %7s %10s %9s %9s %9s %10s %10s %8s\n", "round", "selected", "completed", "dropped",
-           fm_run_loss_name(&run, "train", tr, sizeof tr), fm_run_loss_name(&run, "test", te, sizeof te), "test_acc",
-           "val_acc", "bytes_up", "bytes_down", "seconds");
+    bool dp = false; /* (an epsilon column for runs with differential privacy) */
     for (int i = 0; i < n; i++)
-        printf("%5d %8d %9d %7d %10.4f %9.4f %8.2f%% %8.2f%% %10lld %10lld %8.2f\n", r[i].round, r[i].selected,
+        dp |= isfinite(r[i].epsilon);
+    printf("%5s %8s %9s %7s %10s %9s %9s %9s %10s %10s %8s%s\n", "round", "selected", "completed", "dropped",
+           fm_run_loss_name(&run, "train", tr, sizeof tr), fm_run_loss_name(&run, "test", te, sizeof te), "test_acc",
+           "val_acc", "bytes_up", "bytes_down", "seconds", dp ? "  epsilon" : "");
+    for (int i = 0; i < n; i++) {
+        printf("%5d %8d %9d %7d %10.4f %9.4f %8.2f%% %8.2f%% %10lld %10lld %8.2f", r[i].round, r[i].selected,
                r[i].completed, r[i].dropped, r[i].train_loss * unit, r[i].test_loss * unit, 100.0 * r[i].test_accuracy,
                100.0 * r[i].val_accuracy, (long long)r[i].bytes_up, (long long)r[i].bytes_down, r[i].seconds);
+        if (dp)
+            printf(" %8.4g", r[i].epsilon);
+        putchar('\n');
+    }
     free(r);
     fm_store_run_clear(&run);
     return 0;

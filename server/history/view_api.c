@@ -66,6 +66,7 @@ static void run_json(FILE *f, const fm_run_row_t *r, const fm_round_row_t *last)
         knum(f, &one, "test_accuracy", last->test_accuracy);
         knum(f, &one, "test_loss", last->test_loss);
         knum(f, &one, "val_accuracy", last->val_accuracy);
+        knum(f, &one, "epsilon", last->epsilon);
         fputc('}', f);
     } else {
         fputs("null", f);

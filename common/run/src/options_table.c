@@ -144,6 +144,16 @@ static void show_schedule(const fm_options_t *o, char *buf, size_t cap)
     snprintf(buf, cap, "%s", fm_lr_schedule_name(o->spec->lr_schedule));
 }
 
+static fm_status set_dp_mode(fm_options_t *o, const char *flag, const char *v)
+{
+    return fm_dp_mode_parse(flag, v, &o->spec->dp.mode);
+}
+
+static void show_dp_mode(const fm_options_t *o, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", fm_dp_mode_name(o->spec->dp.mode));
+}
+
 static fm_status set_aggregate(fm_options_t *o, const char *flag, const char *v)
 {
     return fm_agg_spec_parse(flag, v, &o->spec->aggregate);
@@ -447,6 +457,22 @@ static const fm_option_t table[] = {
      "bound each update's L2 distance from the state it was\n"
      "sent: a number, off, or auto (2x the lower median distance\n"
      "of the previous round's updates; in round 1, of its own)"},
+    {"dp-noise", 0, FM_OPT_DOUBLE, "Z", 0.0, 1e6, S | M, SPEC, R(dp.noise), NULL, NULL, NULL, FM_OPT_G_RUN,
+     "client-level differential privacy: Gaussian noise of\n"
+     "standard deviation Z x C on the sum of the updates, each\n"
+     "clipped to --dp-clip C, equal weights (fedavg, comigs;\n"
+     "mean); 0 = off"},
+    {"dp-clip", 0, FM_OPT_DOUBLE, "C", 0.0, 1e9, S | M, SPEC, R(dp.clip), NULL, NULL, NULL, FM_OPT_G_RUN,
+     "with --dp-noise: the bound on each client's update (the\n"
+     "L2 distance from the state it was sent, every averaged\n"
+     "value together)"},
+    {"dp-delta", 0, FM_OPT_DOUBLE, "D", 1e-300, 0.999999, S | M, SPEC, R(dp.delta), NULL, NULL, NULL, FM_OPT_G_RUN,
+     "the delta of the (epsilon, delta) the round log reports"},
+    {"dp-mode", 0, FM_OPT_CUSTOM, "M", 0, 0, S | M, 0, 0, 0, set_dp_mode, show_dp_mode, NULL, FM_OPT_G_RUN,
+     "central (the coordinator adds the noise); distributed\n"
+     "needs secure aggregation, not in this build"},
+    {"dp-epsilon-budget", 0, FM_OPT_DOUBLE, "E", 0.0, 1e6, S | M, SPEC, R(dp.budget), NULL, NULL, NULL,
+     FM_OPT_G_RUN, "end the run before the round that would spend more\nthan epsilon E; 0 = no budget"},
     {"max-weight", 0, FM_OPT_U64, "N", 1, (double)(1ull << 29), S, 0, O(max_weight), NULL, NULL,
      "the largest partition", FM_OPT_G_RUN,
      "the averaging weight a client on data of its own may\nclaim (its declared training examples, capped);\n"

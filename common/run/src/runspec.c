@@ -57,6 +57,7 @@ void fm_run_spec_default(fm_run_spec_t *s)
     s->partition_count = 10;
     s->aggregate.rule = FM_AGG_MEAN;
     s->clip_norm = FM_CLIP_AUTO;
+    fm_dp_spec_default(&s->dp);
 }
 
 uint64_t fm_run_spec_data_seed(const fm_run_spec_t *s) { return s->data_seed ? s->data_seed : s->seed; }
@@ -99,6 +100,33 @@ fm_status fm_clip_norm_parse(const char *flag, const char *text, double *out)
     return FM_OK;
 }
 
+/* Differential privacy's settings against the rest of the run; the DP clip
+ * takes the place of --clip-norm's learned bound (a bound learned from the
+ * updates would itself tell of them). */
+static fm_status privacy_check(fm_run_spec_t *s)
+{
+    fm_status st = fm_dp_spec_check(&s->dp);
+    if (st != FM_OK || !fm_dp_on(&s->dp))
+        return st;
+    const char *why = NULL;
+    if (!fm_strategy_traits(s->strategy)->model)
+        why = "strategy local averages nothing: there is no shared result to make differentially private";
+    else if (fm_strategy_uses_pool(s->strategy))
+        why = "--dp-noise protects what is averaged; pfedmoap and full also send each client's own prompt to its "
+              "nearest peers, which it does not protect: use fedavg or comigs";
+    else if (s->aggregate.rule != FM_AGG_MEAN)
+        why = "--dp-noise needs --aggregate mean: the median and the trimmed mean read every update, and their "
+              "noise is not calibrated";
+    else if (s->clip_norm != FM_CLIP_AUTO && s->clip_norm != 0.0)
+        why = "--clip-norm and --dp-clip both bound the updates: with --dp-noise give --dp-clip alone";
+    if (why) {
+        fm_error_set("%s", why);
+        return FM_ERR_ARG;
+    }
+    s->clip_norm = 0.0;
+    return FM_OK;
+}
+
 fm_status fm_run_spec_finish(fm_run_spec_t *s)
 {
     s->model.gating = fm_strategy_uses_pool(s->strategy);
@@ -125,6 +153,8 @@ fm_status fm_run_spec_finish(fm_run_spec_t *s)
                      fm_strategy_name(s->strategy));
         return FM_ERR_ARG;
     }
+    if ((st = privacy_check(s)) != FM_OK)
+        return st;
     if (s->local_epochs < 1 || s->local_epochs > 1000) {
         fm_error_set("local epochs %d out of range 1..1000", s->local_epochs);
         return FM_ERR_ARG;
@@ -184,6 +214,11 @@ size_t fm_run_spec_json(const fm_run_spec_t *s, char *buf, size_t cap)
         s->train.expert_steps, s->train.router_steps, s->train.lower.lr, s->train.upper.lr,
         s->train.lower.weight_decay, s->local_epochs, s->train.local_steps, s->train.lb_in_upper ? "true" : "false",
         s->train.anchor, fm_lr_schedule_name(s->lr_schedule), rule, clip, s->eval_sample);
+    if (n >= 0 && (size_t)n < cap && fm_dp_on(&s->dp)) /* only when on: other runs keep their config text */
+        n += snprintf(buf + n - 1, cap - (size_t)n + 1,
+                      ",\"privacy\":{\"noise\":%.17g,\"clip\":%.17g,\"delta\":%.17g,\"mode\":\"%s\","
+                      "\"epsilon_budget\":%.17g}}",
+                      s->dp.noise, s->dp.clip, s->dp.delta, fm_dp_mode_name(s->dp.mode), s->dp.budget) - 1;
     if (n < 0 || (size_t)n >= cap || !fm_regime_any(&s->regime))
         return n < 0 ? 0 : (size_t)n;
     /* the regime, when set, as one more object (runs without one keep their old config text) */

@@ -173,7 +173,7 @@ function draw(runs, pick) {
   const text = runs.every((x) => x.run.text);
   const many = runs.length > 1;
   const name = (x, what) => (many ? x.run.strategy + ' ' + x.run.id.slice(-4) + ' ' : '') + what;
-  const acc = [], loss = [], part = [], bytes = [], secs = [], share = [];
+  const acc = [], loss = [], part = [], bytes = [], secs = [], share = [], eps = [];
   runs.forEach((x, i) => {
     const c = COLORS[(2 * i) % COLORS.length], c2 = COLORS[(2 * i + 1) % COLORS.length];
     const unit = x.run.text ? 1 / Math.LN2 : 1;
@@ -188,6 +188,9 @@ function draw(runs, pick) {
     loss.push({ name: name(x, 'test'), color: c2, points: pts((r) => r.test_loss * unit) });
     secs.push({ name: name(x, 'seconds'), color: c, points: pts((r) => r.seconds) });
     share.push({ name: name(x, 'generalist share'), color: c, points: pts((r) => r.generalist_share) });
+    if (x.rounds.some((r) => r.epsilon !== null && r.epsilon !== undefined)) {
+      eps.push({ name: name(x, 'epsilon'), color: c, points: pts((r) => r.epsilon) });
+    }
     if (i === 0) {
       part.push({ name: 'selected', color: '#1f77b4', points: pts((r) => r.selected) });
       part.push({ name: 'completed', color: '#2ca02c', points: pts((r) => r.completed) });
@@ -207,6 +210,11 @@ function draw(runs, pick) {
     chart('traffic per round' + (runs.length > 1 ? ' (first run)' : ''), bytes, { zero: true, onpick: pick }),
     chart('seconds per round', secs, { zero: true, onpick: pick }),
   ];
+  // differential privacy spent after each round (runs with --dp-noise only)
+  if (eps.length) {
+    charts.splice(1, 0, chart('differential privacy spent: epsilon after the round', eps, { zero: true, onpick: pick,
+      fmt: (v) => Number(v).toFixed(3) }));
+  }
   box.replaceChildren(...charts);
   // (when the first charts were drawn, in ms since the navigation: bench/view_page_load.py)
   if (!window.fedmoeDrawn && runs.some((x) => x.rounds.length)) window.fedmoeDrawn = performance.now();

@@ -16,6 +16,7 @@
 
 #include "fedmoe/aggregate.h"
 #include "fedmoe/clientdata.h"
+#include "fedmoe/dp.h"
 #include "fedmoe/model.h"
 #include "fedmoe/params.h"
 #include "fedmoe/status.h"
@@ -92,7 +93,9 @@ typedef struct fm_run_spec {
     /* the coordinator's, never sent: how it combines the averaged groups */
     fm_agg_spec_t aggregate;   /* mean */
     double clip_norm;          /* bound on each update's L2 distance from the state it was sent:
-                                * > 0 fixed, 0 none, FM_CLIP_AUTO (the default) */
+                                * > 0 fixed, 0 none, FM_CLIP_AUTO (the default; off under
+                                * differential privacy, whose dp.clip bounds the updates) */
+    fm_dp_spec_t dp;           /* client-level differential privacy (off by default) */
     int eval_sample;           /* > 0: rounds before the last evaluate only this many evenly
                                 * spaced examples of each test and validation split (travels
                                 * as Task.eval_sample); 0: every round evaluates them whole */

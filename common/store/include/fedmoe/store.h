@@ -58,7 +58,8 @@ void fm_store_run_clear(fm_run_row_t *r);
     X(seconds, REAL, 0, "seconds", 0) \
     X(checkpoint_sha256, TEXT, 65, "checkpoint_sha256", 0) \
     X(val_accuracy, REAL, 0, "val_accuracy", FM_FIELD_ADDED) /* total correct / total validation examples */ \
-    X(generalist_share, REAL, 0, "generalist_share", FM_FIELD_ADDED) /* weighted by test examples */
+    X(generalist_share, REAL, 0, "generalist_share", FM_FIELD_ADDED) /* weighted by test examples */ \
+    X(epsilon, REAL, 0, "epsilon", FM_FIELD_ADDED) /* differential privacy spent so far (--dp-noise); NULL: off */
 
 #define FM_CLIENT_ROUND_FIELDS(X) \
     X(round, INT, 0, "round", FM_FIELD_KEY) \

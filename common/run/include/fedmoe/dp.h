@@ -1,0 +1,51 @@
+/* dp.h - client-level differential privacy (DP-FedAvg, McMahan et al. 2018):
+ * the run's settings and the Gaussian noise.
+ *
+ * Each client's update (its distance from the state it was sent, the model
+ * and the global prompt together) is clipped to L2 norm C; the coordinator
+ * sums the clipped updates with equal weights, counts the selected clients
+ * that sent nothing as unchanged (a fixed denominator: the round's selected
+ * clients), adds Gaussian noise of standard deviation z C to the sum and
+ * divides. The accountant (fedmoe/accountant.h) turns z, the sampling rate
+ * and the rounds into (epsilon, delta). The noise is drawn from OpenSSL's
+ * cryptographic generator, never from the reproducible training streams
+ * (fedmoe/rng.h): noise that could be replayed from a seed would protect
+ * nothing. */
+#ifndef FEDMOE_DP_H
+#define FEDMOE_DP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "fedmoe/status.h"
+
+typedef enum {
+    FM_DP_CENTRAL = 0, /* the coordinator adds the noise to the sum */
+    FM_DP_DISTRIBUTED, /* each client adds its share before masking (needs secure aggregation) */
+} fm_dp_mode;
+
+typedef struct {
+    double noise;    /* z, the noise multiplier (--dp-noise); 0: no differential privacy */
+    double clip;     /* C, the bound on each client's update (--dp-clip) */
+    double delta;    /* the delta of (epsilon, delta) (--dp-delta, 1e-5) */
+    fm_dp_mode mode; /* --dp-mode */
+    double budget;   /* --dp-epsilon-budget: the run stops before a round that would pass it; 0: none */
+} fm_dp_spec_t;
+
+#define FM_DP_DELTA 1e-5
+
+/* Off (noise 0), delta FM_DP_DELTA, central, no budget. */
+void fm_dp_spec_default(fm_dp_spec_t *s);
+static inline bool fm_dp_on(const fm_dp_spec_t *s) { return s->noise > 0.0; }
+/* Checks the settings among themselves; FM_ERR_ARG with a reason naming the flags. */
+fm_status fm_dp_spec_check(const fm_dp_spec_t *s);
+/* "central" or "distributed", and the inverse (FM_ERR_ARG with a reason naming flag). */
+const char *fm_dp_mode_name(fm_dp_mode m);
+fm_status fm_dp_mode_parse(const char *flag, const char *name, fm_dp_mode *out);
+
+/* Adds independent Gaussian noise of standard deviation sd (>= 0) to each of
+ * x[0..n). FM_ERR_ARG for a bad sd, FM_ERR_IO when the generator fails (x is
+ * then unchanged: no update goes out without its noise). */
+fm_status fm_dp_add_noise(float *x, size_t n, double sd);
+
+#endif

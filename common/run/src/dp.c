@@ -1,0 +1,94 @@
+/* dp.c - differential privacy's settings and its Gaussian noise (dp.h): the
+ * noise from OpenSSL's generator, Box-Muller on 53-bit uniforms drawn a block
+ * at a time, all of it drawn before x is touched. */
+#include "fedmoe/dp.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <openssl/rand.h>
+
+#include "fedmoe/log.h"
+
+#define BLOCK 4096 /* uniforms drawn a call */
+
+void fm_dp_spec_default(fm_dp_spec_t *s)
+{
+    memset(s, 0, sizeof *s);
+    s->delta = FM_DP_DELTA;
+    s->mode = FM_DP_CENTRAL;
+}
+
+const char *fm_dp_mode_name(fm_dp_mode m) { return m == FM_DP_DISTRIBUTED ? "distributed" : "central"; }
+
+fm_status fm_dp_mode_parse(const char *flag, const char *name, fm_dp_mode *out)
+{
+    if (strcmp(name, "central") == 0 || strcmp(name, "distributed") == 0) {
+        *out = name[0] == 'd' ? FM_DP_DISTRIBUTED : FM_DP_CENTRAL;
+        return FM_OK;
+    }
+    fm_error_set("--%s: '%s' is not a mode (central or distributed)", flag, name);
+    return FM_ERR_ARG;
+}
+
+fm_status fm_dp_spec_check(const fm_dp_spec_t *s)
+{
+    const char *why = NULL;
+    if (!(s->noise >= 0.0 && s->noise <= 1e6))
+        why = "--dp-noise must be in 0..1e6 (0: off)";
+    else if (!(s->clip >= 0.0 && s->clip <= 1e9))
+        why = "--dp-clip must be in 0..1e9";
+    else if (!(s->delta > 0.0 && s->delta < 1.0))
+        why = "--dp-delta must be in (0, 1) (1e-5 by default; below 1 / the number of clients)";
+    else if (!(s->budget >= 0.0 && s->budget <= 1e6))
+        why = "--dp-epsilon-budget must be in 0..1e6 (0: none)";
+    else if (fm_dp_on(s) && s->clip == 0.0)
+        why = "--dp-noise needs --dp-clip C, the bound on each client's update the noise is scaled to";
+    else if (!fm_dp_on(s) && s->clip > 0.0)
+        why = "--dp-clip bounds updates for --dp-noise; without noise it gives no privacy (to bound updates alone, "
+              "--clip-norm)";
+    else if (!fm_dp_on(s) && s->budget > 0.0)
+        why = "--dp-epsilon-budget needs --dp-noise (without noise no epsilon is spent, or bounded)";
+    else if (fm_dp_on(s) && s->mode == FM_DP_DISTRIBUTED)
+        why = "--dp-mode distributed needs secure aggregation, which this build does not have yet: "
+              "use --dp-mode central";
+    if (why) {
+        fm_error_set("%s", why);
+        return FM_ERR_ARG;
+    }
+    return FM_OK;
+}
+
+/* A uniform in (0, 1] from 53 random bits. */
+static double uniform(uint64_t bits) { return ((double)(bits >> 11) + 1.0) * 0x1.0p-53; }
+
+fm_status fm_dp_add_noise(float *x, size_t n, double sd)
+{
+    if (!(sd >= 0.0) || isinf(sd)) {
+        fm_error_set("noise standard deviation %g: must be finite and >= 0", sd);
+        return FM_ERR_ARG;
+    }
+    if (sd == 0.0 || n == 0)
+        return FM_OK;
+    size_t pairs = (n + 1) / 2;
+    uint64_t *bits = malloc(sizeof *bits * 2 * pairs);
+    if (!bits)
+        return FM_ERR_NOMEM;
+    for (size_t done = 0; done < 2 * pairs; done += BLOCK) {
+        size_t k = 2 * pairs - done < BLOCK ? 2 * pairs - done : BLOCK;
+        if (RAND_bytes((unsigned char *)(bits + done), (int)(k * sizeof *bits)) != 1) {
+            free(bits);
+            fm_error_set("the cryptographic generator failed: no noise drawn");
+            return FM_ERR_IO;
+        }
+    }
+    for (size_t p = 0; p < pairs; p++) {
+        double r = sqrt(-2.0 * log(uniform(bits[2 * p]))), t = 6.283185307179586 * uniform(bits[2 * p + 1]);
+        x[2 * p] += (float)(sd * r * cos(t));
+        if (2 * p + 1 < n)
+            x[2 * p + 1] += (float)(sd * r * sin(t));
+    }
+    free(bits);
+    return FM_OK;
+}
