@@ -218,24 +218,27 @@ void client_status(const char *db, int round, const char *id, char out[16])
 
 int rounds_logged(const char *db) { return procs_committed_rounds(db); }
 
-double round_accuracy(const char *db, int r)
+fm_round_row_t logged_round(const char *db, int r)
 {
     fm_store_t *s;
     fm_run_row_t run;
     procs_open_latest(db, &s, &run);
-    fm_round_row_t *rows = NULL;
-    int n = 0;
+    fm_round_row_t *rows = NULL, out;
+    int n = 0, found = 0;
     assert_int_equal(fm_store_list_rounds(s, run.id, &rows, &n), FM_OK);
-    double acc = -1.0;
     for (int i = 0; i < n; i++)
-        if (rows[i].round == r)
-            acc = rows[i].test_accuracy;
+        if (rows[i].round == r) {
+            out = rows[i];
+            found = 1;
+        }
     free(rows);
     fm_store_run_clear(&run);
     fm_store_close(&s);
-    assert_true(acc >= 0.0);
-    return acc;
+    assert_true(found);
+    return out;
 }
+
+double round_accuracy(const char *db, int r) { return logged_round(db, r).test_accuracy; }
 
 /* A coordinator for n clients (one partition each) that all say hello with
  * `samples` at time 0; the first round opened. */

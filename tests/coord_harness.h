@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "coordinator.h"
+#include "fedmoe/store.h"
 #include "fedmoe/wire.h"
 
 extern char coord_dir[256];   /* procs_run_tests fills it */
@@ -50,7 +51,8 @@ void updates(fm_coordinator_t *c, const char *const *ids, int n, float delta, ui
 
 /* The round log. */
 int rounds_logged(const char *db);
-/* The test accuracy logged for round r of the latest run. */
+/* Round r of the latest run as logged, and its test accuracy. */
+fm_round_row_t logged_round(const char *db, int r);
 double round_accuracy(const char *db, int r);
 void client_status(const char *db, int round, const char *id, char out[16]);
 /* A tick at now after which the run has `rounds` rounds logged. */

@@ -13,6 +13,8 @@
 
 #include "coord_harness.h"
 #include "fanout.h"
+#include "fedmoe/accountant.h"
+#include "fedmoe/dp.h"
 #include "fedmoe/clientdata.h"
 #include "fedmoe/log.h"
 #include "procs.h"
@@ -396,6 +398,137 @@ static void test_error_ends_own_part(void **state)
     finish(&c);
 }
 
+/* ---- client-level differential privacy (--dp-noise) ------------------------- */
+
+/* A comigs run of the four clients a..d, quorum 3, with noise multiplier z,
+ * clip C and epsilon budget; the first round opened. */
+static fm_coordinator_t *dp_run(fm_server_config_t *cfg, double z, double C, double budget)
+{
+    small_config(cfg, 4, 3);
+    cfg->spec.strategy = FM_STRATEGY_COMIGS;
+    cfg->spec.dp.noise = z;
+    cfg->spec.dp.clip = C;
+    cfg->spec.dp.budget = budget;
+    run_spec = cfg->spec;
+    fm_coordinator_t *c = start(cfg);
+    const char *ids[] = {"a", "b", "c", "d"};
+    for (int i = 0; i < 4; i++)
+        hello(c, ids[i], 100 * (i + 1), 0.0); /* unequal samples: equal weights all the same */
+    assert_int_equal(fm_coordinator_tick(c, 0.0), FM_OK);
+    return c;
+}
+
+/* Every client of dp_run's sends its Update (its own samples), each value moved by delta. */
+static void dp_updates(fm_coordinator_t *c, float delta, double now)
+{
+    const char *ids[] = {"a", "b", "c", "d"};
+    for (int i = 0; i < 4; i++)
+        update(c, ids[i], delta, 100 * (uint64_t)(i + 1), HONEST, now);
+}
+
+/* The mean and standard deviation of a's first round step over the model. */
+static void dp_step(double *mean, double *sd, size_t *n)
+{
+    *n = task_model("a", 1)->data.len / 4;
+    double s = 0.0, ss = 0.0;
+    for (size_t i = 0; i < *n; i++) {
+        double v = task_step("a", 1, i);
+        s += v;
+        ss += v * v;
+    }
+    *mean = s / (double)*n;
+    *sd = sqrt(ss / (double)*n - *mean * *mean);
+}
+
+static double epsilon_of(double z, int rounds)
+{
+    fm_accountant_t a;
+    fm_accountant_init(&a);
+    assert_int_equal(fm_accountant_add(&a, 1.0, z, (uint64_t)rounds), FM_OK);
+    return fm_accountant_epsilon(&a, FM_DP_DELTA);
+}
+
+/* Updates far beyond C are clipped to C (model and prompt together), weigh
+ * the same whatever their samples, and the client that sent nothing counts
+ * as unchanged: with 3 of 4 answering, every value moves 3/4 x C / sqrt(n)
+ * (noise negligible here); the round log holds the accountant's epsilon. */
+static void test_dp_clips_with_fixed_denominator(void **state)
+{
+    (void)state;
+    fm_server_config_t cfg;
+    fm_coordinator_t *c = dp_run(&cfg, 1e-9, 0.5, 0.0);
+    update(c, "a", 3.0f, 100, HONEST, 1.0);
+    update(c, "b", 3.0f, 200, HONEST, 1.0);
+    update(c, "c", 3.0f, 300, HONEST, 1.0); /* d stays silent: the deadline commits */
+    for (double t = 10.0; t < 100.0; t += 10.0)
+        heartbeat(c, "a", t), heartbeat(c, "b", t), heartbeat(c, "c", t), heartbeat(c, "d", t);
+    expect_rounds(c, &cfg, 100.5, 1);
+    double mean, sd;
+    size_t n;
+    dp_step(&mean, &sd, &n);
+    double want = 0.75 * 0.5 / sqrt((double)n);
+    assert_true(fabs(mean - want) < 1e-3 * want);
+    assert_true(sd < 1e-4 * want);
+    fm_round_row_t r = logged_round(cfg.db, 1);
+    assert_float_equal(r.epsilon, epsilon_of(1e-9, 1), 1e-9 * r.epsilon);
+    assert_true(r.epsilon > 1e6); /* (that little noise protects nothing, and says so) */
+    finish(&c);
+}
+
+/* The noise on the mean has standard deviation z C / m (m = 4 selected):
+ * measured over the model's values, within 5%; epsilon grows by the
+ * accountant's steps. A run without --dp-noise logs no epsilon (NULL). */
+static void test_dp_noise_and_epsilon(void **state)
+{
+    (void)state;
+    fm_server_config_t cfg;
+    const double z = 2.0, C = 0.5;
+    fm_coordinator_t *c = dp_run(&cfg, z, C, 0.0);
+    dp_updates(c, 0.01f, 1.0);
+    expect_rounds(c, &cfg, 1.1, 1);
+    double mean, sd;
+    size_t n;
+    dp_step(&mean, &sd, &n);
+    assert_true(n > 1000);
+    assert_true(fabs(sd / (z * C / 4) - 1.0) < 0.05);
+    dp_updates(c, 0.01f, 2.0);
+    expect_rounds(c, &cfg, 2.1, 2);
+    assert_float_equal(logged_round(cfg.db, 1).epsilon, epsilon_of(z, 1), 1e-9);
+    assert_float_equal(logged_round(cfg.db, 2).epsilon, epsilon_of(z, 2), 1e-9);
+    assert_true(logged_round(cfg.db, 2).epsilon > logged_round(cfg.db, 1).epsilon);
+    finish(&c);
+    const char *plain[] = {"a", "b"};
+    c = open_run(&cfg, plain, 2, 2, 100);
+    updates(c, plain, 2, 0.5f, 100, 1.0);
+    expect_rounds(c, &cfg, 1.1, 1);
+    assert_true(isnan(logged_round(cfg.db, 1).epsilon));
+    finish(&c);
+}
+
+/* --dp-epsilon-budget between the first round's epsilon and the second's:
+ * the run ends cleanly after one round, its clients told, its status
+ * finished. */
+static void test_dp_budget_ends_run(void **state)
+{
+    (void)state;
+    fm_server_config_t cfg;
+    const double z = 1.0, budget = 0.5 * (epsilon_of(z, 1) + epsilon_of(z, 2));
+    fm_coordinator_t *c = dp_run(&cfg, z, 0.5, budget);
+    dp_updates(c, 0.01f, 1.0);
+    assert_int_equal(fm_coordinator_tick(c, 1.1), FM_OK);
+    assert_true(fm_coordinator_finished(c));
+    assert_int_equal(rounds_logged(cfg.db), 1);
+    assert_int_equal(count_sent("a", FEDMOE__ENVELOPE__BODY_TASK, NULL), 1); /* no second round's Task */
+    assert_true(count_sent("a", FEDMOE__ENVELOPE__BODY_SHUTDOWN, NULL) >= 1);
+    fm_store_t *s;
+    fm_run_row_t run;
+    procs_open_latest(cfg.db, &s, &run);
+    assert_string_equal(run.status, "finished");
+    fm_store_run_clear(&run);
+    fm_store_close(&s);
+    finish(&c);
+}
+
 int main(void)
 {
     fm_log_set_level(FM_LOG_ERROR);
@@ -412,6 +545,9 @@ int main(void)
         cmocka_unit_test(test_pool_holds_while_clients_join),
         cmocka_unit_test(test_partition_that_cannot_be_made),
         cmocka_unit_test(test_error_ends_own_part),
+        cmocka_unit_test(test_dp_clips_with_fixed_denominator),
+        cmocka_unit_test(test_dp_noise_and_epsilon),
+        cmocka_unit_test(test_dp_budget_ends_run),
     };
     return procs_run_tests("coordinator", tests, sizeof tests / sizeof tests[0], coord_dir, sizeof coord_dir);
 }

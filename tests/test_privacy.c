@@ -9,10 +9,13 @@
 #include <cmocka.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "fedmoe/accountant.h"
 #include "fedmoe/aggregate.h"
 #include "fedmoe/dp.h"
+#include "fedmoe/log.h"
+#include "fedmoe/runspec.h"
 
 /* Within rel relative (or abs absolute) of want. */
 static void near(double got, double want, double rel, double abs_tol)
@@ -145,6 +148,62 @@ static void test_noise_spread(void **state)
     free(y);
 }
 
+/* What differential privacy cannot be combined with is refused with one line
+ * naming the flags; a valid run replaces --clip-norm's learned bound. */
+static void test_dp_settings(void **state)
+{
+    (void)state;
+    struct {
+        fm_strategy strategy;
+        double z, C, budget, clip_norm;
+        fm_agg_rule rule;
+        fm_dp_mode mode;
+        const char *says; /* NULL: accepted */
+    } t[] = {
+        {FM_STRATEGY_COMIGS, 1.0, 0.5, 0.0, FM_CLIP_AUTO, FM_AGG_MEAN, FM_DP_CENTRAL, NULL},
+        {FM_STRATEGY_FEDAVG, 1.0, 0.5, 8.0, 0.0, FM_AGG_MEAN, FM_DP_CENTRAL, NULL},
+        {FM_STRATEGY_COMIGS, 1.0, 0.0, 0.0, FM_CLIP_AUTO, FM_AGG_MEAN, FM_DP_CENTRAL, "--dp-clip"},
+        {FM_STRATEGY_COMIGS, 0.0, 0.5, 0.0, FM_CLIP_AUTO, FM_AGG_MEAN, FM_DP_CENTRAL, "--clip-norm"},
+        {FM_STRATEGY_COMIGS, 0.0, 0.0, 3.0, FM_CLIP_AUTO, FM_AGG_MEAN, FM_DP_CENTRAL, "--dp-epsilon-budget needs"},
+        {FM_STRATEGY_COMIGS, -1.0, 0.5, 0.0, FM_CLIP_AUTO, FM_AGG_MEAN, FM_DP_CENTRAL, "--dp-noise must"},
+        {FM_STRATEGY_LOCAL, 1.0, 0.5, 0.0, FM_CLIP_AUTO, FM_AGG_MEAN, FM_DP_CENTRAL, "averages nothing"},
+        {FM_STRATEGY_FULL, 1.0, 0.5, 0.0, FM_CLIP_AUTO, FM_AGG_MEAN, FM_DP_CENTRAL, "nearest peers"},
+        {FM_STRATEGY_PFEDMOAP, 1.0, 0.5, 0.0, FM_CLIP_AUTO, FM_AGG_MEAN, FM_DP_CENTRAL, "nearest peers"},
+        {FM_STRATEGY_COMIGS, 1.0, 0.5, 0.0, FM_CLIP_AUTO, FM_AGG_MEDIAN, FM_DP_CENTRAL, "--aggregate mean"},
+        {FM_STRATEGY_COMIGS, 1.0, 0.5, 0.0, 2.0, FM_AGG_MEAN, FM_DP_CENTRAL, "--dp-clip alone"},
+        {FM_STRATEGY_COMIGS, 1.0, 0.5, 0.0, FM_CLIP_AUTO, FM_AGG_MEAN, FM_DP_DISTRIBUTED, "secure aggregation"},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        fm_run_spec_t s;
+        fm_run_spec_default(&s);
+        s.strategy = t[i].strategy;
+        s.dp.noise = t[i].z;
+        s.dp.clip = t[i].C;
+        s.dp.budget = t[i].budget;
+        s.dp.mode = t[i].mode;
+        s.clip_norm = t[i].clip_norm;
+        s.aggregate.rule = t[i].rule;
+        fm_status st = fm_run_spec_finish(&s);
+        if (!t[i].says) {
+            assert_int_equal(st, FM_OK);
+            assert_true(s.clip_norm == 0.0); /* the DP clip bounds the updates, nothing learned from them */
+            char json[8192];
+            assert_true(fm_run_spec_json(&s, json, sizeof json) < sizeof json);
+            assert_non_null(strstr(json, "\"privacy\":{\"noise\":1,\"clip\":0.5,"));
+            continue;
+        }
+        assert_int_equal(st, FM_ERR_ARG);
+        if (!strstr(fm_error_last(), t[i].says))
+            fail_msg("case %zu: '%s' does not say '%s'", i, fm_error_last(), t[i].says);
+    }
+    fm_run_spec_t plain; /* without privacy the config text is as before: no "privacy" */
+    fm_run_spec_default(&plain);
+    assert_int_equal(fm_run_spec_finish(&plain), FM_OK);
+    char json[8192];
+    fm_run_spec_json(&plain, json, sizeof json);
+    assert_null(strstr(json, "privacy"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -154,6 +213,7 @@ int main(void)
         cmocka_unit_test(test_accountant_composes),
         cmocka_unit_test(test_clip_to_bound),
         cmocka_unit_test(test_noise_spread),
+        cmocka_unit_test(test_dp_settings),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
