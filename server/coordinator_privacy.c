@@ -17,6 +17,16 @@
 #include "fedmoe/accountant.h"
 #include "fedmoe/dp.h"
 
+void fm_coord_dp_choose_noise(fm_coordinator_t *c)
+{
+    fm_dp_spec_t *dp = &c->spec.dp;
+    if (dp->noise != FM_DP_NOISE_AUTO)
+        return;
+    dp->noise = fm_accountant_noise_for(1.0, (uint64_t)c->cfg.rounds, dp->budget, dp->delta);
+    fm_info("--dp-noise auto: noise multiplier %.6g spends epsilon %.4g (delta %g) over the %d rounds", dp->noise,
+            fm_coord_dp_epsilon(c, c->cfg.rounds), dp->delta, c->cfg.rounds);
+}
+
 uint64_t fm_coord_dp_clip(fm_coordinator_t *c, fm_participant_t *p, float *model, float *prompt)
 {
     fm_exchange_t e = fm_exchange_of(&c->spec);

@@ -527,6 +527,18 @@ static void test_dp_budget_ends_run(void **state)
     fm_store_run_clear(&run);
     fm_store_close(&s);
     finish(&c);
+    /* --dp-noise auto: the least noise that spends the budget over the 5
+     * rounds; every round runs */
+    c = dp_run(&cfg, FM_DP_NOISE_AUTO, 0.5, 8.0);
+    double za = fm_accountant_noise_for(1.0, 5, 8.0, FM_DP_DELTA);
+    for (int r = 1; r <= 5; r++) {
+        dp_updates(c, 0.01f, r);
+        expect_rounds(c, &cfg, r + 0.1, r);
+        assert_float_equal(logged_round(cfg.db, r).epsilon, epsilon_of(za, r), 1e-9);
+    }
+    assert_true(logged_round(cfg.db, 5).epsilon <= 8.0 && logged_round(cfg.db, 5).epsilon > 7.99);
+    assert_true(fm_coordinator_finished(c));
+    finish(&c);
 }
 
 int main(void)

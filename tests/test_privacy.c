@@ -165,7 +165,10 @@ static void test_dp_settings(void **state)
         {FM_STRATEGY_COMIGS, 1.0, 0.0, 0.0, FM_CLIP_AUTO, FM_AGG_MEAN, FM_DP_CENTRAL, "--dp-clip"},
         {FM_STRATEGY_COMIGS, 0.0, 0.5, 0.0, FM_CLIP_AUTO, FM_AGG_MEAN, FM_DP_CENTRAL, "--clip-norm"},
         {FM_STRATEGY_COMIGS, 0.0, 0.0, 3.0, FM_CLIP_AUTO, FM_AGG_MEAN, FM_DP_CENTRAL, "--dp-epsilon-budget needs"},
-        {FM_STRATEGY_COMIGS, -1.0, 0.5, 0.0, FM_CLIP_AUTO, FM_AGG_MEAN, FM_DP_CENTRAL, "--dp-noise must"},
+        {FM_STRATEGY_COMIGS, -2.0, 0.5, 0.0, FM_CLIP_AUTO, FM_AGG_MEAN, FM_DP_CENTRAL, "--dp-noise must"},
+        {FM_STRATEGY_COMIGS, FM_DP_NOISE_AUTO, 0.5, 0.0, FM_CLIP_AUTO, FM_AGG_MEAN, FM_DP_CENTRAL, "auto needs"},
+        {FM_STRATEGY_COMIGS, FM_DP_NOISE_AUTO, 0.5, 3.0, FM_CLIP_AUTO, FM_AGG_MEAN, FM_DP_CENTRAL, NULL},
+        {FM_STRATEGY_FULL, FM_DP_NOISE_AUTO, 0.5, 3.0, FM_CLIP_AUTO, FM_AGG_MEAN, FM_DP_CENTRAL, "nearest peers"},
         {FM_STRATEGY_LOCAL, 1.0, 0.5, 0.0, FM_CLIP_AUTO, FM_AGG_MEAN, FM_DP_CENTRAL, "averages nothing"},
         {FM_STRATEGY_FULL, 1.0, 0.5, 0.0, FM_CLIP_AUTO, FM_AGG_MEAN, FM_DP_CENTRAL, "nearest peers"},
         {FM_STRATEGY_PFEDMOAP, 1.0, 0.5, 0.0, FM_CLIP_AUTO, FM_AGG_MEAN, FM_DP_CENTRAL, "nearest peers"},
@@ -189,7 +192,8 @@ static void test_dp_settings(void **state)
             assert_true(s.clip_norm == 0.0); /* the DP clip bounds the updates, nothing learned from them */
             char json[8192];
             assert_true(fm_run_spec_json(&s, json, sizeof json) < sizeof json);
-            assert_non_null(strstr(json, "\"privacy\":{\"noise\":1,\"clip\":0.5,"));
+            assert_non_null(strstr(json, t[i].z == FM_DP_NOISE_AUTO ? "\"privacy\":{\"noise\":\"auto\",\"clip\":0.5,"
+                                                                    : "\"privacy\":{\"noise\":1,\"clip\":0.5,"));
             continue;
         }
         assert_int_equal(st, FM_ERR_ARG);
@@ -204,6 +208,26 @@ static void test_dp_settings(void **state)
     assert_null(strstr(json, "privacy"));
 }
 
+/* The least noise for a budget: it spends at most epsilon, and 0.1% less
+ * noise would spend more (the published setting above: q 0.01, 1000 steps). */
+static void test_noise_for_budget(void **state)
+{
+    (void)state;
+    const struct { double q; uint64_t steps; double eps; } t[] = {{1.0, 30, 1.0}, {1.0, 20, 8.0}, {0.01, 1000, 3.0}};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        double z = fm_accountant_noise_for(t[i].q, t[i].steps, t[i].eps, 1e-5);
+        assert_true(z > 0.0);
+        fm_accountant_t a, b;
+        fm_accountant_init(&a);
+        fm_accountant_init(&b);
+        assert_int_equal(fm_accountant_add(&a, t[i].q, z, t[i].steps), FM_OK);
+        assert_int_equal(fm_accountant_add(&b, t[i].q, 0.999 * z, t[i].steps), FM_OK);
+        assert_true(fm_accountant_epsilon(&a, 1e-5) <= t[i].eps);
+        assert_true(fm_accountant_epsilon(&b, 1e-5) > t[i].eps);
+    }
+    assert_true(fm_accountant_noise_for(1.0, 10, 0.0, 1e-5) == 0.0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -214,6 +238,7 @@ int main(void)
         cmocka_unit_test(test_clip_to_bound),
         cmocka_unit_test(test_noise_spread),
         cmocka_unit_test(test_dp_settings),
+        cmocka_unit_test(test_noise_for_budget),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -135,3 +135,29 @@ double fm_accountant_epsilon(const fm_accountant_t *a, double delta)
 {
     return fm_rdp_epsilon(orders, a->rdp, FM_RDP_ORDERS, delta, NULL);
 }
+
+double fm_accountant_noise_for(double q, uint64_t steps, double epsilon, double delta)
+{
+    if (!(epsilon > 0.0) || steps == 0)
+        return 0.0;
+    double lo = 0.0, hi = 1.0;
+    for (;;) { /* doubling until hi is enough (at most 2^30: a noise no run needs) */
+        fm_accountant_t a;
+        fm_accountant_init(&a);
+        if (fm_accountant_add(&a, q, hi, steps) == FM_OK && fm_accountant_epsilon(&a, delta) <= epsilon)
+            break;
+        lo = hi;
+        if ((hi *= 2.0) > 1073741824.0)
+            return 0.0;
+    }
+    while (hi - lo > 1e-6 * hi) { /* bisection: hi always enough */
+        double mid = 0.5 * (lo + hi);
+        fm_accountant_t a;
+        fm_accountant_init(&a);
+        if (fm_accountant_add(&a, q, mid, steps) == FM_OK && fm_accountant_epsilon(&a, delta) <= epsilon)
+            hi = mid;
+        else
+            lo = mid;
+    }
+    return hi;
+}

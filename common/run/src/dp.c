@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <openssl/rand.h>
@@ -32,11 +33,38 @@ fm_status fm_dp_mode_parse(const char *flag, const char *name, fm_dp_mode *out)
     return FM_ERR_ARG;
 }
 
+fm_status fm_dp_noise_parse(const char *flag, const char *text, double *out)
+{
+    if (strcmp(text, "auto") == 0) {
+        *out = FM_DP_NOISE_AUTO;
+        return FM_OK;
+    }
+    char *end;
+    double v = strtod(text, &end);
+    if (end == text || *end || !(v >= 0.0 && v <= 1e6)) {
+        fm_error_set("--%s: '%s' is not auto or a number in 0..1e6", flag, text);
+        return FM_ERR_ARG;
+    }
+    *out = v;
+    return FM_OK;
+}
+
+void fm_dp_noise_name(double noise, char *buf, size_t cap)
+{
+    if (noise == FM_DP_NOISE_AUTO)
+        snprintf(buf, cap, "auto");
+    else
+        snprintf(buf, cap, "%.17g", noise);
+}
+
 fm_status fm_dp_spec_check(const fm_dp_spec_t *s)
 {
     const char *why = NULL;
-    if (!(s->noise >= 0.0 && s->noise <= 1e6))
-        why = "--dp-noise must be in 0..1e6 (0: off)";
+    if (!(s->noise >= 0.0 && s->noise <= 1e6) && s->noise != FM_DP_NOISE_AUTO)
+        why = "--dp-noise must be auto or in 0..1e6 (0: off)";
+    else if (s->noise == FM_DP_NOISE_AUTO && !(s->budget > 0.0))
+        why = "--dp-noise auto needs --dp-epsilon-budget E: it picks the least noise that spends E over the "
+              "run's rounds";
     else if (!(s->clip >= 0.0 && s->clip <= 1e9))
         why = "--dp-clip must be in 0..1e9";
     else if (!(s->delta > 0.0 && s->delta < 1.0))

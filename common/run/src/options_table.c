@@ -144,6 +144,13 @@ static void show_schedule(const fm_options_t *o, char *buf, size_t cap)
     snprintf(buf, cap, "%s", fm_lr_schedule_name(o->spec->lr_schedule));
 }
 
+static fm_status set_dp_noise(fm_options_t *o, const char *flag, const char *v)
+{
+    return fm_dp_noise_parse(flag, v, &o->spec->dp.noise);
+}
+
+static void show_dp_noise(const fm_options_t *o, char *buf, size_t cap) { fm_dp_noise_name(o->spec->dp.noise, buf, cap); }
+
 static fm_status set_dp_mode(fm_options_t *o, const char *flag, const char *v)
 {
     return fm_dp_mode_parse(flag, v, &o->spec->dp.mode);
@@ -457,11 +464,12 @@ static const fm_option_t table[] = {
      "bound each update's L2 distance from the state it was\n"
      "sent: a number, off, or auto (2x the lower median distance\n"
      "of the previous round's updates; in round 1, of its own)"},
-    {"dp-noise", 0, FM_OPT_DOUBLE, "Z", 0.0, 1e6, S | M, SPEC, R(dp.noise), NULL, NULL, NULL, FM_OPT_G_RUN,
+    {"dp-noise", 0, FM_OPT_CUSTOM, "Z", 0, 0, S | M, 0, 0, 0, set_dp_noise, show_dp_noise, NULL, FM_OPT_G_RUN,
      "client-level differential privacy: Gaussian noise of\n"
      "standard deviation Z x C on the sum of the updates, each\n"
      "clipped to --dp-clip C, equal weights (fedavg, comigs;\n"
-     "mean); 0 = off"},
+     "mean); 0 = off; auto: the least noise that spends\n"
+     "--dp-epsilon-budget over the run's rounds"},
     {"dp-clip", 0, FM_OPT_DOUBLE, "C", 0.0, 1e9, S | M, SPEC, R(dp.clip), NULL, NULL, NULL, FM_OPT_G_RUN,
      "with --dp-noise: the bound on each client's update (the\n"
      "L2 distance from the state it was sent, every averaged\n"

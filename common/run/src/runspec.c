@@ -214,11 +214,16 @@ size_t fm_run_spec_json(const fm_run_spec_t *s, char *buf, size_t cap)
         s->train.expert_steps, s->train.router_steps, s->train.lower.lr, s->train.upper.lr,
         s->train.lower.weight_decay, s->local_epochs, s->train.local_steps, s->train.lb_in_upper ? "true" : "false",
         s->train.anchor, fm_lr_schedule_name(s->lr_schedule), rule, clip, s->eval_sample);
+    char noise[32]; /* a number, or "auto" before the coordinator chose it */
+    if (s->dp.noise == FM_DP_NOISE_AUTO)
+        snprintf(noise, sizeof noise, "\"auto\"");
+    else
+        snprintf(noise, sizeof noise, "%.17g", s->dp.noise);
     if (n >= 0 && (size_t)n < cap && fm_dp_on(&s->dp)) /* only when on: other runs keep their config text */
         n += snprintf(buf + n - 1, cap - (size_t)n + 1,
-                      ",\"privacy\":{\"noise\":%.17g,\"clip\":%.17g,\"delta\":%.17g,\"mode\":\"%s\","
+                      ",\"privacy\":{\"noise\":%s,\"clip\":%.17g,\"delta\":%.17g,\"mode\":\"%s\","
                       "\"epsilon_budget\":%.17g}}",
-                      s->dp.noise, s->dp.clip, s->dp.delta, fm_dp_mode_name(s->dp.mode), s->dp.budget) - 1;
+                      noise, s->dp.clip, s->dp.delta, fm_dp_mode_name(s->dp.mode), s->dp.budget) - 1;
     if (n < 0 || (size_t)n >= cap || !fm_regime_any(&s->regime))
         return n < 0 ? 0 : (size_t)n;
     /* the regime, when set, as one more object (runs without one keep their old config text) */

@@ -38,5 +38,9 @@ void fm_accountant_init(fm_accountant_t *a);
 fm_status fm_accountant_add(fm_accountant_t *a, double q, double z, uint64_t steps);
 /* The epsilon spent so far at delta (0 < delta < 1). */
 double fm_accountant_epsilon(const fm_accountant_t *a, double delta);
+/* The least noise multiplier (to 1e-6 relative) whose `steps` steps at rate q
+ * spend at most epsilon at delta; 0 when epsilon <= 0, steps is 0 or no noise
+ * up to 2^30 is enough. */
+double fm_accountant_noise_for(double q, uint64_t steps, double epsilon, double delta);
 
 #endif

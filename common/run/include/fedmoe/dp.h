@@ -25,7 +25,8 @@ typedef enum {
 } fm_dp_mode;
 
 typedef struct {
-    double noise;    /* z, the noise multiplier (--dp-noise); 0: no differential privacy */
+    double noise;    /* z, the noise multiplier (--dp-noise); 0: no differential privacy;
+                      * FM_DP_NOISE_AUTO: chosen from the budget */
     double clip;     /* C, the bound on each client's update (--dp-clip) */
     double delta;    /* the delta of (epsilon, delta) (--dp-delta, 1e-5) */
     fm_dp_mode mode; /* --dp-mode */
@@ -33,10 +34,16 @@ typedef struct {
 } fm_dp_spec_t;
 
 #define FM_DP_DELTA 1e-5
+/* noise: the least that spends the budget over the run's rounds (the
+ * coordinator sets it at the start: fm_accountant_noise_for) */
+#define FM_DP_NOISE_AUTO (-1.0)
 
 /* Off (noise 0), delta FM_DP_DELTA, central, no budget. */
 void fm_dp_spec_default(fm_dp_spec_t *s);
-static inline bool fm_dp_on(const fm_dp_spec_t *s) { return s->noise > 0.0; }
+static inline bool fm_dp_on(const fm_dp_spec_t *s) { return s->noise > 0.0 || s->noise == FM_DP_NOISE_AUTO; }
+/* --dp-noise as given: a number, or "auto"; and the inverse. */
+fm_status fm_dp_noise_parse(const char *flag, const char *text, double *out);
+void fm_dp_noise_name(double noise, char *buf, size_t cap);
 /* Checks the settings among themselves; FM_ERR_ARG with a reason naming the flags. */
 fm_status fm_dp_spec_check(const fm_dp_spec_t *s);
 /* "central" or "distributed", and the inverse (FM_ERR_ARG with a reason naming flag). */
