@@ -497,6 +497,45 @@ static void test_store_upgrades_old_database(void **state)
 }
 
 /* Every program: a bad argument gives one line on stderr and a non-zero exit. */
+/* Differential privacy through the real programs: fedmoe-sim forwards the
+ * flags to the coordinator, which picks the noise for the budget (auto);
+ * every round logs its epsilon, the last at most the budget, and
+ * fedmoe-history shows the column. */
+static void test_sim_with_privacy(void **state)
+{
+    (void)state;
+    char db[512], cmd[2048], *out;
+    snprintf(db, sizeof db, "%s/dp.db", dir);
+    snprintf(cmd, sizeof cmd,
+             "%s --clients 2 --rounds 2 --strategy fedavg --client-examples 200 --local-steps 2 --dp-noise auto "
+             "--dp-epsilon-budget 5 --dp-clip 1 --db %s --workdir %s/dp --round-timeout 120 2>&1",
+             BIN("client/fedmoe-sim"), db, dir);
+    int rc = procs_capture(cmd, &out);
+    if (rc != 0)
+        fprintf(stderr, "%s\n", out);
+    assert_int_equal(rc, 0);
+    free(out);
+    fm_store_t *st;
+    fm_run_row_t run;
+    procs_open_latest(db, &st, &run);
+    assert_string_equal(run.status, "finished");
+    assert_non_null(strstr(run.config, "\"privacy\":{\"noise\":")); /* the number chosen, not "auto" */
+    assert_null(strstr(run.config, "\"auto\""));
+    fm_round_row_t *r;
+    int n;
+    assert_int_equal(fm_store_list_rounds(st, run.id, &r, &n), FM_OK);
+    assert_int_equal(n, 2);
+    assert_true(r[0].epsilon > 0.0 && r[0].epsilon < r[1].epsilon && r[1].epsilon <= 5.0 && r[1].epsilon > 4.99);
+    free(r);
+    fm_store_run_clear(&run);
+    fm_store_close(&st);
+    snprintf(cmd, sizeof cmd, "%s --db %s rounds 2>&1", BIN("server/fedmoe-history"), db);
+    assert_int_equal(procs_capture(cmd, &out), 0);
+    assert_non_null(strstr(out, "epsilon"));
+    assert_non_null(strstr(out, "    5\n")); /* epsilon 5 after round 2 (%8.4g) */
+    free(out);
+}
+
 static void test_bad_arguments(void **state)
 {
     (void)state;
@@ -517,6 +556,10 @@ static void test_bad_arguments(void **state)
         {"server/fedmoe-server", "--key /nonexistent.key --allow /tmp"},
         {"client/fedmoe-client", "--connect tcp://127.0.0.1:9"}, /* no keys */
         {"server/fedmoe-keygen", "'bad id'"},         {"server/fedmoe-keygen", ""},
+        {"server/fedmoe-server", "--insecure --strategy comigs --dp-noise 1"}, /* no --dp-clip */
+        {"server/fedmoe-server", "--insecure --strategy comigs --dp-noise auto --dp-clip 1"}, /* no budget */
+        {"client/fedmoe-sim", "--dp-noise 1 --dp-clip 1"}, /* full: its prompt pool */
+        {"client/fedmoe-sim", "--dp-noise x"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char cmd[1024], *out;
@@ -591,6 +634,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_store_upgrades_old_database),
+        cmocka_unit_test(test_sim_with_privacy),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_coordinator_average_any_order),
         cmocka_unit_test(test_sim_and_history),
