@@ -9,7 +9,7 @@
 
 #include "fedmoe/log.h"
 
-#define FIXED_BITS 40
+#define FIXED_BITS FM_AGG_FIXED_BITS
 
 struct fm_aggregator {
     size_t n;
@@ -133,19 +133,6 @@ void fm_aggregator_set_memory(fm_aggregator_t *a, size_t bytes)
     a->mem_rows = k < 1 ? 1 : k > (size_t)1 << 30 ? 1 << 30 : (int)k;
 }
 
-/* x * w is exact in double (24 + 29 bits); scaling by 2^40 is exact; the
- * conversion truncates toward zero, a function of the value alone */
-static inline __int128 fixed(float x, double w)
-{
-    /* = (__int128)ldexp(v, FIXED_BITS), without the slow software conversion
-     * to 128 bits: v = hi + frac exactly (|v| < 2^59, hi = trunc(v)), frac has
-     * v's sign and |frac| < 1, so trunc(v 2^40) = hi 2^40 + trunc(frac 2^40),
-     * both parts converted by the hardware */
-    double v = (double)x * w;
-    int64_t hi = (int64_t)v;
-    int64_t lo = (int64_t)((v - (double)hi) * (double)(1ull << FIXED_BITS));
-    return (__int128)hi * ((__int128)1 << FIXED_BITS) + lo;
-}
 
 /* ---- kept rows: in memory, then in the spill file ---- */
 
@@ -224,7 +211,7 @@ static fm_status sum_rows(const fm_aggregator_t *a, __int128 *acc)
         if ((st = row_io(a, i, 0, a->n, x, false)) != FM_OK)
             break;
         for (size_t j = 0; j < a->n; j++)
-            acc[j] += fixed(x[j], (double)a->wts[i]);
+            acc[j] += fm_agg_fixed(x[j], (double)a->wts[i]);
     }
     free(x);
     return st;
@@ -295,9 +282,22 @@ fm_status fm_aggregator_add(fm_aggregator_t *a, const float *x, uint64_t weight)
     }
     double w = (double)weight;
     for (size_t i = 0; i < a->n; i++)
-        a->acc[i] += fixed(x[i], w);
+        a->acc[i] += fm_agg_fixed(x[i], w);
     a->total += weight;
     a->count++;
+    return FM_OK;
+}
+
+fm_status fm_aggregator_add_sum(fm_aggregator_t *a, const __int128 *sum, uint64_t total_weight, int count)
+{
+    if (keeps_rows(a) || count < 1 || total_weight == 0 || a->total + total_weight < a->total) {
+        fm_error_set("a sum of updates is taken only by the mean, not keeping rows, with weight and count");
+        return FM_ERR_STATE;
+    }
+    for (size_t i = 0; i < a->n; i++)
+        a->acc[i] += sum[i];
+    a->total += total_weight;
+    a->count += count;
     return FM_OK;
 }
 

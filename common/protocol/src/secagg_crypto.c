@@ -63,7 +63,7 @@ fm_status fm_hkdf_sha256(const uint8_t *salt, size_t nsalt, const uint8_t *ikm, 
     }
     EVP_PKEY_CTX *ctx = EVP_PKEY_CTX_new_id(EVP_PKEY_HKDF, NULL);
     bool ok = ctx && EVP_PKEY_derive_init(ctx) == 1 && EVP_PKEY_CTX_set_hkdf_md(ctx, EVP_sha256()) == 1 &&
-              EVP_PKEY_CTX_set1_hkdf_salt(ctx, salt, (int)nsalt) == 1 &&
+              (nsalt == 0 || EVP_PKEY_CTX_set1_hkdf_salt(ctx, salt, (int)nsalt) == 1) && /* none: HashLen zeros */
               EVP_PKEY_CTX_set1_hkdf_key(ctx, ikm, (int)nikm) == 1 &&
               EVP_PKEY_CTX_add1_hkdf_info(ctx, info, (int)ninfo) == 1 && EVP_PKEY_derive(ctx, out, &len) == 1;
     EVP_PKEY_CTX_free(ctx);

@@ -85,6 +85,26 @@ fm_status fm_aggregator_add(fm_aggregator_t *a, const float *x, uint64_t weight)
 /* out (n) = the rule over what was added: sum(weight x) / sum(weight) for mean.
  * FM_ERR_STATE when nothing was added. */
 fm_status fm_aggregator_result(const fm_aggregator_t *a, float *out);
+/* The mean's fixed point: weight x value x 2^FM_AGG_FIXED_BITS, truncated
+ * toward zero, in 128 bits. x * w is exact in double (24 + 29 bits) and so is
+ * the scaling; computed as (__int128)ldexp(v, 40) without the slow software
+ * conversion to 128 bits: v = hi + frac exactly (|v| < 2^59, hi = trunc(v)),
+ * frac has v's sign and |frac| < 1, so trunc(v 2^40) = hi 2^40 + trunc(frac
+ * 2^40), both parts converted by the hardware. A function of the value
+ * alone: secure aggregation's clients compute the same integers. */
+#define FM_AGG_FIXED_BITS 40
+static inline __int128 fm_agg_fixed(float x, double w)
+{
+    double v = (double)x * w;
+    int64_t hi = (int64_t)v;
+    int64_t lo = (int64_t)((v - (double)hi) * (double)(1ull << FM_AGG_FIXED_BITS));
+    return (__int128)hi * ((__int128)1 << FM_AGG_FIXED_BITS) + lo;
+}
+/* Mean: adds a sum of `count` updates already in fixed point (n values: the
+ * sum of fm_agg_fixed(x, w) over them) and their total weight, as if each
+ * had been added (secure aggregation's unmasked sum); FM_ERR_STATE under a
+ * robust rule or when keeping rows. */
+fm_status fm_aggregator_add_sum(fm_aggregator_t *a, const __int128 *sum, uint64_t total_weight, int count);
 /* Its vector length, the total weight and the number of updates added so far. */
 size_t fm_aggregator_size(const fm_aggregator_t *a);
 uint64_t fm_aggregator_total_weight(const fm_aggregator_t *a);

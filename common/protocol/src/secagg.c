@@ -1,0 +1,334 @@
+/* secagg.c - secure aggregation's masking, without I/O (secagg.h). */
+#include "fedmoe/secagg.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+
+#include "fedmoe/aggregate.h"
+#include "fedmoe/log.h"
+
+#define MAX_N FM_SHAMIR_MAX
+
+struct fm_sa_client {
+    uint32_t who, n, t;
+    uint64_t round;
+    uint8_t c_sk[FM_X25519_BYTES], s_sk[FM_X25519_BYTES], b[32];
+    fm_sa_keys_t keys;
+    fm_sa_keys_t *u1; /* U1's keys, by number: u1[j - 1] (who 0: absent) */
+    /* the shares of every client of U1 (itself too), by owner: [j - 1][kind] */
+    uint8_t (*held)[2][FM_SHAMIR_Y_BYTES];
+    bool *has; /* has[j - 1]: j's shares are held (j in U2 as this client saw it) */
+};
+
+/* ---- derivations: every key a (round, purpose, pair) of its own ---------- */
+
+static void put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* HKDF-SHA-256 of the X25519 secret of (priv, peer) with info = label,
+ * round, the pair's two numbers (low first). */
+static fm_status agree(const uint8_t priv[32], const uint8_t peer[32], const char *label, uint64_t round, uint32_t a,
+                       uint32_t b, uint8_t out[32])
+{
+    uint8_t shared[32], info[64];
+    fm_status st = fm_x25519_shared(priv, peer, shared);
+    if (st != FM_OK)
+        return st;
+    size_t n = strlen(label);
+    memcpy(info, label, n);
+    put64(info + n, round);
+    put64(info + n + 8, a < b ? a : b);
+    put64(info + n + 16, a < b ? b : a);
+    st = fm_hkdf_sha256(NULL, 0, shared, sizeof shared, info, n + 24, out, 32);
+    OPENSSL_cleanse(shared, sizeof shared);
+    return st;
+}
+
+/* v[0..d] += sign x the mask of seed (ChaCha20's keystream, 16 bytes a value,
+ * little-endian), a block at a time. */
+static fm_status add_mask(fm_u128 *v, size_t d, const uint8_t seed[32], int sign)
+{
+    enum { VALUES = 1024 };
+    static const uint8_t nonce[12] = {0};
+    uint8_t buf[16 * VALUES];
+    for (size_t at = 0; at <= d; at += VALUES) {
+        size_t k = d + 1 - at < VALUES ? d + 1 - at : VALUES;
+        fm_status st = fm_chacha20(seed, nonce, (uint32_t)(at * 16 / 64), NULL, buf, 16 * k);
+        if (st != FM_OK)
+            return st;
+        for (size_t i = 0; i < k; i++) {
+            fm_u128 m = 0;
+            for (int j = 15; j >= 0; j--)
+                m = (m << 8) | buf[16 * i + (size_t)j];
+            v[at + i] = sign > 0 ? v[at + i] + m : v[at + i] - m;
+        }
+    }
+    OPENSSL_cleanse(buf, sizeof buf);
+    return FM_OK;
+}
+
+static fm_status bad(fm_status st, const char *fmt, uint32_t a, uint32_t b)
+{
+    fm_error_set(fmt, a, b);
+    return st;
+}
+
+/* ---- the client ------------------------------------------------------------ */
+
+fm_status fm_sa_client_new(fm_sa_client_t **out, uint32_t who, uint32_t n, uint32_t t, uint64_t round)
+{
+    *out = NULL;
+    if (n < 1 || n > MAX_N || who < 1 || who > n || t < 1 || t > n)
+        return bad(FM_ERR_ARG, "secure aggregation: client %u of %u: bad numbers or threshold", who, n);
+    fm_sa_client_t *c = calloc(1, sizeof *c);
+    if (!c || !(c->u1 = calloc(n, sizeof *c->u1)) || !(c->held = calloc(n, sizeof *c->held)) ||
+        !(c->has = calloc(n, sizeof *c->has))) {
+        fm_sa_client_destroy(&c);
+        return FM_ERR_NOMEM;
+    }
+    c->who = who;
+    c->n = n;
+    c->t = t;
+    c->round = round;
+    c->keys.who = who;
+    fm_status st = fm_x25519_keypair(c->c_sk, c->keys.c_pk);
+    if (st == FM_OK)
+        st = fm_x25519_keypair(c->s_sk, c->keys.s_pk);
+    if (st == FM_OK && RAND_bytes(c->b, sizeof c->b) != 1)
+        st = bad(FM_ERR_IO, "secure aggregation: no random bytes for client %u of %u", who, n);
+    if (st != FM_OK) {
+        fm_sa_client_destroy(&c);
+        return st;
+    }
+    *out = c;
+    return FM_OK;
+}
+
+void fm_sa_client_destroy(fm_sa_client_t **cp)
+{
+    fm_sa_client_t *c = *cp;
+    if (!c)
+        return;
+    if (c->held)
+        OPENSSL_cleanse(c->held, sizeof *c->held * c->n);
+    free(c->u1);
+    free(c->held);
+    free(c->has);
+    OPENSSL_cleanse(c, sizeof *c);
+    free(c);
+    *cp = NULL;
+}
+
+void fm_sa_client_keys(const fm_sa_client_t *c, fm_sa_keys_t *out) { *out = c->keys; }
+
+/* The key and nonce that seal from's shares for to: the c keys' agreement,
+ * the direction in the nonce (both directions of a pair share the key). */
+static fm_status seal_key(const fm_sa_client_t *c, const uint8_t peer_c_pk[32], uint32_t from, uint32_t to,
+                          uint8_t key[32], uint8_t nonce[FM_GCM_NONCE_BYTES], uint8_t aad[16])
+{
+    memset(nonce, 0, FM_GCM_NONCE_BYTES);
+    for (int i = 0; i < 4; i++) {
+        nonce[i] = (uint8_t)(from >> (8 * i));
+        nonce[4 + i] = (uint8_t)(to >> (8 * i));
+    }
+    put64(aad, c->round);
+    memcpy(aad + 8, nonce, 8);
+    return agree(c->c_sk, peer_c_pk, "fedmoe secagg seal", c->round, from, to, key);
+}
+
+fm_status fm_sa_client_share(fm_sa_client_t *c, const fm_sa_keys_t *u1, uint32_t k, fm_sa_sealed_t *out)
+{
+    if (k < c->t)
+        return bad(FM_ERR_STATE, "secure aggregation: %u clients advertised keys, fewer than the threshold %u", k,
+                   c->t);
+    bool self = false;
+    for (uint32_t i = 0; i < k; i++) {
+        uint32_t j = u1[i].who;
+        if (j < 1 || j > c->n || c->u1[j - 1].who)
+            return bad(FM_ERR_FORMAT, "secure aggregation: client number %u repeated or not in 1..%u", j, c->n);
+        c->u1[j - 1] = u1[i];
+        self |= j == c->who;
+    }
+    if (!self || memcmp(&c->u1[c->who - 1], &c->keys, sizeof c->keys) != 0)
+        return bad(FM_ERR_FORMAT, "secure aggregation: client %u's own keys are not among the %u advertised",
+                   c->who, k);
+    fm_share_t *sb = malloc(sizeof *sb * c->n), *ss = malloc(sizeof *ss * c->n);
+    fm_status st = sb && ss ? FM_OK : FM_ERR_NOMEM;
+    if (st == FM_OK && (st = fm_shamir_split(c->b, (int)c->t, (int)c->n, sb)) == FM_OK)
+        st = fm_shamir_split(c->s_sk, (int)c->t, (int)c->n, ss);
+    uint32_t o = 0;
+    for (uint32_t i = 0; st == FM_OK && i < k; i++) {
+        uint32_t j = u1[i].who;
+        if (j == c->who) { /* its own shares of its own secrets: it answers for itself in phase 3 */
+            memcpy(c->held[j - 1][0], sb[j - 1].y, FM_SHAMIR_Y_BYTES);
+            memcpy(c->held[j - 1][1], ss[j - 1].y, FM_SHAMIR_Y_BYTES);
+            c->has[j - 1] = true;
+            continue;
+        }
+        uint8_t key[32], nonce[FM_GCM_NONCE_BYTES], aad[16], plain[FM_SA_SEALED_BYTES];
+        if ((st = seal_key(c, u1[i].c_pk, c->who, j, key, nonce, aad)) != FM_OK)
+            break;
+        memcpy(plain, sb[j - 1].y, FM_SHAMIR_Y_BYTES);
+        memcpy(plain + FM_SHAMIR_Y_BYTES, ss[j - 1].y, FM_SHAMIR_Y_BYTES);
+        out[o].from = c->who;
+        out[o].to = j;
+        st = fm_gcm_seal(key, nonce, aad, sizeof aad, plain, sizeof plain, out[o].sealed, out[o].tag);
+        OPENSSL_cleanse(key, sizeof key);
+        OPENSSL_cleanse(plain, sizeof plain);
+        o++;
+    }
+    if (sb)
+        OPENSSL_cleanse(sb, sizeof *sb * c->n);
+    if (ss)
+        OPENSSL_cleanse(ss, sizeof *ss * c->n);
+    free(sb);
+    free(ss);
+    return st;
+}
+
+fm_status fm_sa_client_mask(fm_sa_client_t *c, const fm_sa_sealed_t *in, uint32_t k, const float *x, size_t d,
+                            uint64_t weight, fm_u128 *out)
+{
+    if (k + 1 < c->t)
+        return bad(FM_ERR_STATE, "secure aggregation: shares of %u clients came, fewer than the threshold %u",
+                   k + 1, c->t);
+    for (uint32_t i = 0; i < k; i++) {
+        uint32_t j = in[i].from;
+        if (in[i].to != c->who || j < 1 || j > c->n || j == c->who || !c->u1[j - 1].who || c->has[j - 1])
+            return bad(FM_ERR_FORMAT, "secure aggregation: shares from %u for %u are not this client's to take", j,
+                       in[i].to);
+        uint8_t key[32], nonce[FM_GCM_NONCE_BYTES], aad[16], plain[FM_SA_SEALED_BYTES];
+        fm_status st = seal_key(c, c->u1[j - 1].c_pk, j, c->who, key, nonce, aad);
+        if (st == FM_OK)
+            st = fm_gcm_open(key, nonce, aad, sizeof aad, in[i].sealed, sizeof plain, in[i].tag, plain);
+        OPENSSL_cleanse(key, sizeof key);
+        if (st != FM_OK)
+            return bad(FM_ERR_FORMAT, "secure aggregation: the shares client %u sealed for client %u do not open",
+                       j, c->who);
+        memcpy(c->held[j - 1][0], plain, FM_SHAMIR_Y_BYTES);
+        memcpy(c->held[j - 1][1], plain + FM_SHAMIR_Y_BYTES, FM_SHAMIR_Y_BYTES);
+        OPENSSL_cleanse(plain, sizeof plain);
+        c->has[j - 1] = true;
+    }
+    fm_sa_encode(x, d, weight, out);
+    fm_status st = add_mask(out, d, c->b, +1);
+    for (uint32_t j = 1; st == FM_OK && j <= c->n; j++) { /* U2: the clients whose shares it holds */
+        if (j == c->who || !c->has[j - 1])
+            continue;
+        uint8_t seed[32];
+        if ((st = agree(c->s_sk, c->u1[j - 1].s_pk, "fedmoe secagg mask", c->round, c->who, j, seed)) == FM_OK)
+            st = add_mask(out, d, seed, c->who < j ? +1 : -1);
+        OPENSSL_cleanse(seed, sizeof seed);
+    }
+    return st;
+}
+
+fm_status fm_sa_client_unmask(const fm_sa_client_t *c, const uint32_t *u3, uint32_t k, fm_sa_share_t *out,
+                              uint32_t *nout)
+{
+    *nout = 0;
+    if (k < c->t)
+        return bad(FM_ERR_STATE, "secure aggregation: %u masked inputs came, fewer than the threshold %u", k, c->t);
+    bool *in3 = calloc(c->n, sizeof *in3);
+    if (!in3)
+        return FM_ERR_NOMEM;
+    fm_status st = FM_OK;
+    for (uint32_t i = 0; i < k && st == FM_OK; i++) {
+        if (u3[i] < 1 || u3[i] > c->n || !c->has[u3[i] - 1] || in3[u3[i] - 1])
+            st = bad(FM_ERR_STATE, "secure aggregation: client %u is in U3 but did not share (or twice), told to %u",
+                     u3[i], c->who);
+        else
+            in3[u3[i] - 1] = true;
+    }
+    for (uint32_t j = 1; st == FM_OK && j <= c->n; j++) {
+        if (!c->has[j - 1])
+            continue;
+        fm_sa_share_t *s = &out[(*nout)++];
+        s->owner = j;
+        s->holder = c->who;
+        s->kind = in3[j - 1] ? 0 : 1; /* b of those in U3; the s key of those who dropped: never both */
+        memcpy(s->y, c->held[j - 1][s->kind], FM_SHAMIR_Y_BYTES);
+    }
+    free(in3);
+    return st;
+}
+
+/* ---- the coordinator --------------------------------------------------------- */
+
+void fm_sa_encode(const float *x, size_t d, uint64_t weight, fm_u128 *out)
+{
+    double w = (double)weight;
+    for (size_t i = 0; i < d; i++)
+        out[i] = (fm_u128)fm_agg_fixed(x[i], w);
+    out[d] = weight;
+}
+
+void fm_sa_sum_add(fm_u128 *sum, const fm_u128 *y, size_t d)
+{
+    for (size_t i = 0; i <= d; i++)
+        sum[i] += y[i];
+}
+
+/* The secret of `owner` of this kind from the answers' shares (distinct
+ * holders, at least t). */
+static fm_status rebuild(const fm_sa_share_t *shares, uint32_t n, uint32_t owner, uint8_t kind, uint32_t t,
+                         fm_share_t *scratch, uint8_t out[32])
+{
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n && k < t; i++)
+        if (shares[i].owner == owner && shares[i].kind == kind) {
+            scratch[k].x = shares[i].holder;
+            memcpy(scratch[k].y, shares[i].y, FM_SHAMIR_Y_BYTES);
+            k++;
+        }
+    if (k < t)
+        return bad(FM_ERR_STATE, "secure aggregation: %u shares to rebuild client %u's secret, fewer than the threshold",
+                   k, owner);
+    return fm_shamir_combine(scratch, (int)k, out);
+}
+
+fm_status fm_sa_unmask(fm_u128 *sum, size_t d, uint32_t t, uint64_t round, const fm_sa_keys_t *u2, uint32_t k2,
+                       const uint32_t *u3, uint32_t k3, const fm_sa_share_t *shares, uint32_t nshares)
+{
+    if (k3 < t)
+        return bad(FM_ERR_STATE, "secure aggregation: %u masked inputs, fewer than the threshold %u", k3, t);
+    fm_share_t *scratch = malloc(sizeof *scratch * (t ? t : 1));
+    if (!scratch)
+        return FM_ERR_NOMEM;
+    fm_status st = FM_OK;
+    for (uint32_t i = 0; st == FM_OK && i < k2; i++) {
+        uint32_t j = u2[i].who;
+        bool survived = false;
+        for (uint32_t m = 0; m < k3; m++)
+            survived |= u3[m] == j;
+        uint8_t secret[32];
+        if ((st = rebuild(shares, nshares, j, survived ? 0 : 1, t, scratch, secret)) != FM_OK)
+            break;
+        if (survived) { /* its self mask */
+            st = add_mask(sum, d, secret, -1);
+        } else { /* it dropped after sharing: the pair masks the survivors added with it */
+            for (uint32_t m = 0; st == FM_OK && m < k2; m++) {
+                uint32_t i3 = u2[m].who;
+                bool in3 = false;
+                for (uint32_t q = 0; q < k3; q++)
+                    in3 |= u3[q] == i3;
+                if (!in3)
+                    continue;
+                uint8_t seed[32];
+                if ((st = agree(secret, u2[m].s_pk, "fedmoe secagg mask", round, j, i3, seed)) == FM_OK)
+                    st = add_mask(sum, d, seed, i3 < j ? -1 : +1);
+                OPENSSL_cleanse(seed, sizeof seed);
+            }
+        }
+        OPENSSL_cleanse(secret, sizeof secret);
+    }
+    free(scratch);
+    return st;
+}
