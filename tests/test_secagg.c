@@ -23,6 +23,7 @@ enum { N = 10, T = 6, D = 3000 };
 typedef enum { NONE, AFTER_KEYS, AFTER_SHARES, AFTER_MASKED, IN_UNMASK } drop_at;
 
 typedef struct {
+    int liar; /* 1-based: this client's answers in phase 3 are wrong (0: none) */
     float x[N][D];
     uint64_t w[N];
     fm_sa_client_t *c[N];
@@ -40,6 +41,7 @@ static void make_world(world_t *wd, uint64_t seed)
         assert_int_equal(fm_sa_client_new(&wd->c[i], (uint32_t)i + 1, N, T, ROUND), FM_OK);
         wd->gone[i] = false;
     }
+    wd->liar = 0;
 }
 
 static void drop(world_t *wd, int count, int first)
@@ -116,6 +118,8 @@ static fm_status run_round(world_t *wd, drop_at when, int count, int first, fm_u
         fm_status st = fm_sa_client_unmask(wd->c[i], u3, k3, shares + ns, &got);
         if (st != FM_OK)
             return st;
+        for (uint32_t m = 0; wd->liar == i + 1 && m < got; m++)
+            shares[ns + m].y[40] ^= 0x5a; /* every share it gives is wrong */
         ns += got;
     }
     return fm_sa_unmask(sum, D, T, ROUND, u2, k2, u3, k3, shares, ns);
@@ -223,6 +227,28 @@ static void test_tampered_share(void **state)
     free_world(&wd);
 }
 
+/* A malicious client that answers wrong shares in the last phase: the
+ * coordinator rebuilds every secret from other choices of t shares (checked
+ * against what each owner advertised) and the sum is still exact; with only
+ * t answers, one of them wrong, the round is abandoned, never unmasked wrong. */
+static void test_wrong_shares(void **state)
+{
+    (void)state;
+    static world_t wd;
+    static fm_u128 sum[D + 1];
+    bool in3[N];
+    make_world(&wd, 400);
+    wd.liar = 4;
+    assert_int_equal(run_round(&wd, AFTER_SHARES, 2, 6, sum, in3), FM_OK); /* (2 dropped: their s keys rebuilt too) */
+    check_sum(&wd, sum, in3);
+    free_world(&wd);
+    make_world(&wd, 401);
+    wd.liar = 1;
+    assert_int_equal(run_round(&wd, IN_UNMASK, N - T, 4, sum, in3), FM_ERR_STATE); /* t answers, one a liar */
+    assert_non_null(strstr(fm_error_last(), "rebuilds it"));
+    free_world(&wd);
+}
+
 int main(void)
 {
     fm_log_set_level(FM_LOG_ERROR);
@@ -230,6 +256,7 @@ int main(void)
         cmocka_unit_test(test_dropouts_at_each_phase),
         cmocka_unit_test(test_below_threshold),
         cmocka_unit_test(test_tampered_share),
+        cmocka_unit_test(test_wrong_shares),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

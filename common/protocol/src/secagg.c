@@ -51,6 +51,19 @@ static fm_status agree(const uint8_t priv[32], const uint8_t peer[32], const cha
     return st;
 }
 
+/* The commitment to a self-mask seed: HKDF-SHA-256 of it with info = label,
+ * round and owner (binding, by SHA-256's collision resistance). */
+static fm_status commit(const uint8_t b[32], uint64_t round, uint32_t who, uint8_t out[32])
+{
+    uint8_t info[64];
+    const char *label = "fedmoe secagg commit";
+    size_t n = strlen(label);
+    memcpy(info, label, n);
+    put64(info + n, round);
+    put64(info + n + 8, who);
+    return fm_hkdf_sha256(NULL, 0, b, 32, info, n + 16, out, 32);
+}
+
 /* v[0..d] += sign x the mask of seed (ChaCha20's keystream, 16 bytes a value,
  * little-endian), a block at a time. */
 static fm_status add_mask(fm_u128 *v, size_t d, const uint8_t seed[32], int sign)
@@ -103,6 +116,8 @@ fm_status fm_sa_client_new(fm_sa_client_t **out, uint32_t who, uint32_t n, uint3
         st = fm_x25519_keypair(c->s_sk, c->keys.s_pk);
     if (st == FM_OK && RAND_bytes(c->b, sizeof c->b) != 1)
         st = bad(FM_ERR_IO, "secure aggregation: no random bytes for client %u of %u", who, n);
+    if (st == FM_OK)
+        st = commit(c->b, round, who, c->keys.b_commit);
     if (st != FM_OK) {
         fm_sa_client_destroy(&c);
         return st;
@@ -276,22 +291,59 @@ void fm_sa_sum_add(fm_u128 *sum, const fm_u128 *y, size_t d)
         sum[i] += y[i];
 }
 
+/* Whether secret is what owner advertised: its s key's public key, or the
+ * seed its commitment binds. */
+static bool matches(const fm_sa_keys_t *owner, uint8_t kind, uint64_t round, const uint8_t secret[32])
+{
+    uint8_t check[32];
+    bool ok = kind ? fm_x25519_public(secret, check) == FM_OK && memcmp(check, owner->s_pk, 32) == 0
+                   : commit(secret, round, owner->who, check) == FM_OK && memcmp(check, owner->b_commit, 32) == 0;
+    OPENSSL_cleanse(check, sizeof check);
+    return ok;
+}
+
 /* The secret of `owner` of this kind from the answers' shares (distinct
- * holders, at least t). */
-static fm_status rebuild(const fm_sa_share_t *shares, uint32_t n, uint32_t owner, uint8_t kind, uint32_t t,
-                         fm_share_t *scratch, uint8_t out[32])
+ * holders): the first t that rebuild what it advertised, trying choices of t
+ * in order (at most 4096). */
+static fm_status rebuild(const fm_sa_share_t *shares, uint32_t n, const fm_sa_keys_t *owner, uint8_t kind, uint32_t t,
+                         uint64_t round, fm_share_t *all, uint8_t out[32])
 {
     uint32_t k = 0;
-    for (uint32_t i = 0; i < n && k < t; i++)
-        if (shares[i].owner == owner && shares[i].kind == kind) {
-            scratch[k].x = shares[i].holder;
-            memcpy(scratch[k].y, shares[i].y, FM_SHAMIR_Y_BYTES);
+    for (uint32_t i = 0; i < n; i++)
+        if (shares[i].owner == owner->who && shares[i].kind == kind) {
+            all[k].x = shares[i].holder;
+            memcpy(all[k].y, shares[i].y, FM_SHAMIR_Y_BYTES);
             k++;
         }
     if (k < t)
         return bad(FM_ERR_STATE, "secure aggregation: %u shares to rebuild client %u's secret, fewer than the threshold",
-                   k, owner);
-    return fm_shamir_combine(scratch, (int)k, out);
+                   k, owner->who);
+    uint32_t *pick = malloc(sizeof *pick * t);
+    if (!pick)
+        return FM_ERR_NOMEM;
+    fm_share_t *try = all + k; /* (the caller's room for t more) */
+    for (uint32_t i = 0; i < t; i++)
+        pick[i] = i;
+    for (int tries = 0; tries < 4096; tries++) {
+        for (uint32_t i = 0; i < t; i++)
+            try[i] = all[pick[i]];
+        if (fm_shamir_combine(try, (int)t, out) == FM_OK && matches(owner, kind, round, out)) {
+            free(pick);
+            return FM_OK;
+        }
+        int i = (int)t - 1; /* the next choice of t of k, in lexicographic order */
+        while (i >= 0 && pick[i] == k - t + (uint32_t)i)
+            i--;
+        if (i < 0)
+            break;
+        pick[i]++;
+        for (uint32_t j = (uint32_t)i + 1; j < t; j++)
+            pick[j] = pick[j - 1] + 1;
+    }
+    free(pick);
+    OPENSSL_cleanse(out, 32);
+    return bad(FM_ERR_STATE, "secure aggregation: no choice of the threshold among the %u shares of client %u's "
+               "secret rebuilds it", k, owner->who);
 }
 
 fm_status fm_sa_unmask(fm_u128 *sum, size_t d, uint32_t t, uint64_t round, const fm_sa_keys_t *u2, uint32_t k2,
@@ -299,7 +351,7 @@ fm_status fm_sa_unmask(fm_u128 *sum, size_t d, uint32_t t, uint64_t round, const
 {
     if (k3 < t)
         return bad(FM_ERR_STATE, "secure aggregation: %u masked inputs, fewer than the threshold %u", k3, t);
-    fm_share_t *scratch = malloc(sizeof *scratch * (t ? t : 1));
+    fm_share_t *scratch = malloc(sizeof *scratch * ((size_t)nshares + t + 1)); /* see rebuild */
     if (!scratch)
         return FM_ERR_NOMEM;
     fm_status st = FM_OK;
@@ -309,7 +361,7 @@ fm_status fm_sa_unmask(fm_u128 *sum, size_t d, uint32_t t, uint64_t round, const
         for (uint32_t m = 0; m < k3; m++)
             survived |= u3[m] == j;
         uint8_t secret[32];
-        if ((st = rebuild(shares, nshares, j, survived ? 0 : 1, t, scratch, secret)) != FM_OK)
+        if ((st = rebuild(shares, nshares, &u2[i], survived ? 0 : 1, t, round, scratch, secret)) != FM_OK)
             break;
         if (survived) { /* its self mask */
             st = add_mask(sum, d, secret, -1);

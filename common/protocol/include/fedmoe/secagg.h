@@ -49,6 +49,7 @@ typedef unsigned __int128 fm_u128;
 typedef struct {
     uint32_t who; /* 1..n */
     uint8_t c_pk[FM_X25519_BYTES], s_pk[FM_X25519_BYTES];
+    uint8_t b_commit[32]; /* binds its self-mask seed: the coordinator checks what it rebuilds */
 } fm_sa_keys_t;
 
 /* Phase 1: the sealed shares of `from`'s secrets for `to` (who = from). */
@@ -96,9 +97,13 @@ fm_status fm_sa_client_unmask(const fm_sa_client_t *c, const uint32_t *u3, uint3
 void fm_sa_sum_add(fm_u128 *sum, const fm_u128 *y, size_t d);
 /* Phase 3 on the coordinator: removes the masks from sum (the sum of U3's
  * masked inputs) with the answers' shares (at least t of each needed
- * secret, from distinct holders), given U2's keys. FM_ERR_STATE when some
- * secret has fewer than t shares (the round is abandoned: nothing can be
- * said of the sum). */
+ * secret, from distinct holders), given U2's keys. Every secret rebuilt is
+ * checked against what its owner advertised (the s key against its public
+ * key, the seed against its commitment); when it does not match, other t of
+ * its shares are tried (up to 4096 choices), so wrong shares from a few
+ * answers change nothing while t right ones are among them. FM_ERR_STATE
+ * when some secret cannot be rebuilt (the round is abandoned: nothing can
+ * be said of the sum). */
 fm_status fm_sa_unmask(fm_u128 *sum, size_t d, uint32_t t, uint64_t round, const fm_sa_keys_t *u2, uint32_t k2,
                        const uint32_t *u3, uint32_t k3, const fm_sa_share_t *shares, uint32_t nshares);
 
