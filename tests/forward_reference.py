@@ -92,20 +92,14 @@ def check_image(d):
 
 def text_registry(s):
     """(name, rows, cols, kind, role) in the text layout table's order."""
-    d, hf, E = s.d, s.ffn_hidden, s.generalists + s.specialists
+    d = s.d
     p = [("emb", 256, d, "weight", "embedding"), ("pos", s.context, d, "weight", "embedding")]
     for b in range(s.blocks):
         a = "block%d.attn." % b
         p += [(a + "ln.g", 1, d, "gain", "norm"), (a + "ln.b", 1, d, "bias", "norm"),
               (a + "wqkv", 3 * d, d, "weight", "attention"), (a + "bqkv", 1, 3 * d, "bias", "attention"),
-              (a + "wo", d, d, "weight", "attention"), (a + "bo", 1, d, "bias", "attention"),
-              ("block%d.ln.g" % b, 1, d, "gain", "norm"), ("block%d.ln.b" % b, 1, d, "bias", "norm"),
-              ("block%d.router" % b, E, d, "weight", "router")]
-        for e in range(E):
-            role = "generalist" if e < s.generalists else "specialist"
-            x = "block%d.expert%d." % (b, e)
-            p += [(x + "w1", hf, d, "weight", role), (x + "b1", 1, hf, "bias", role),
-                  (x + "w2", d, hf, "weight", role), (x + "b2", 1, d, "bias", role)]
+              (a + "wo", d, d, "weight", "attention"), (a + "bo", 1, d, "bias", "attention")]
+        p += fedmoe_init.moe_registry(s, b)
     p += [("lnf.g", 1, d, "gain", "norm"), ("lnf.b", 1, d, "bias", "norm")]
     if s.untied:
         p += [("out", 256, d, "weight", "embedding")]
@@ -122,16 +116,7 @@ class TextModel:
         self.registry, self.p = text_registry(s), {}
         for name, rows, cols, kind, role in self.registry:
             rng = local if fedmoe_init.group(role, s.shared or "all") == "local" else shared
-            shape = (cols,) if kind in ("bias", "gain") else (rows, cols)
-            if kind == "gain":
-                v = np.ones(shape, np.float32)
-            elif kind == "bias":
-                v = np.zeros(shape, np.float32)
-            elif role == "router":
-                v = rng.fill_uniform(shape, np.float32(0.01))
-            else:
-                v = rng.fill_uniform(shape, np.float32(1.0) / fedmoe_model.sqrtf(cols))
-            self.p[name] = v
+            self.p[name] = fedmoe_model.initial(rng, rows, cols, kind, role)
         G, gi = s.generalists, s.generalist_importance
         self.q = np.array([gi / G if e < G else (1.0 - gi) / max(s.specialists, 1) for e in range(self.E)],
                           dtype=np.float32)

@@ -64,21 +64,28 @@ class Rng:
         return [f32((2.0 * self.uniform() - 1.0) * bound) for _ in range(n)]
 
 
+def moe_registry(spec, b):
+    """MoE block b's parameters (both model families), in registry order."""
+    d, hf, E = spec.d, spec.ffn_hidden, spec.generalists + spec.specialists
+    p = [("block%d.ln.g" % b, 1, d, "gain", "norm"), ("block%d.ln.b" % b, 1, d, "bias", "norm"),
+         ("block%d.router" % b, E, d, "weight", "router")]
+    for e in range(E):
+        role = "generalist" if e < spec.generalists else "specialist"
+        x = "block%d.expert%d." % (b, e)
+        p += [(x + "w1", hf, d, "weight", role), (x + "b1", 1, hf, "bias", role),
+              (x + "w2", d, hf, "weight", role), (x + "b2", 1, d, "bias", role)]
+    return p
+
+
 def registry(spec, gating):
     """The image model's parameters in registry order (docs/protocol.md's
     layout table): (name, rows, cols, kind, role). MLP stem only."""
     if spec.stem not in ("", "mlp"):
         raise ValueError("this example draws the mlp stem only")
-    d, hf, E = spec.d, spec.ffn_hidden, spec.generalists + spec.specialists
+    d = spec.d
     p = [("stem.w", d, spec.in_dim, "weight", "stem"), ("stem.b", 1, d, "bias", "stem")]
     for b in range(spec.blocks):
-        p += [("block%d.ln.g" % b, 1, d, "gain", "norm"), ("block%d.ln.b" % b, 1, d, "bias", "norm"),
-              ("block%d.router" % b, E, d, "weight", "router")]
-        for e in range(E):
-            role = "generalist" if e < spec.generalists else "specialist"
-            x = "block%d.expert%d." % (b, e)
-            p += [(x + "w1", hf, d, "weight", role), (x + "b1", 1, hf, "bias", role),
-                  (x + "w2", d, hf, "weight", role), (x + "b2", 1, d, "bias", role)]
+        p += moe_registry(spec, b)
     p += [("feature.ln.g", 1, d, "gain", "norm"), ("feature.ln.b", 1, d, "bias", "norm"),
           ("prompt", spec.prompt_len, spec.prompt_dim, "weight", "prompt")]
     if gating:

@@ -85,6 +85,19 @@ def sqrtf(x):
 
 # ---- the parameters ---------------------------------------------------------
 
+def initial(rng, rows, cols, kind, role):
+    """A parameter's initial values (docs/model.md, "Initial parameters"):
+    gains 1, biases 0 (no words drawn), the prompt in (-0.05, 0.05), routers
+    in (-0.01, 0.01), every other weight in (-1/sqrt(cols), 1/sqrt(cols))."""
+    shape = (cols,) if rows == 1 and kind in ("bias", "gain") else (rows, cols)
+    if kind == "gain":
+        return np.ones(shape, np.float32)
+    if kind == "bias":
+        return np.zeros(shape, np.float32)
+    bound = {"prompt": np.float32(0.05), "router": np.float32(0.01)}.get(role, np.float32(1.0) / sqrtf(cols))
+    return rng.fill_uniform(shape, bound)
+
+
 class Model:
     """A client's parameters (name -> array; vectors 1-D, matrices out x in),
     their registry order, and the frozen encoder."""
@@ -100,18 +113,7 @@ class Model:
         for name, rows, cols, kind, role in self.registry:
             grp = fedmoe_init.group(role, spec.shared or "all", spec.gating_shared)
             rng = local if grp == "local" else shared
-            shape = (cols,) if rows == 1 and kind in ("bias", "gain") else (rows, cols)
-            if kind == "gain":
-                v = np.ones(shape, np.float32)
-            elif kind == "bias":
-                v = np.zeros(shape, np.float32)
-            elif role == "prompt":
-                v = rng.fill_uniform(shape, np.float32(0.05))
-            elif role == "router":
-                v = rng.fill_uniform(shape, np.float32(0.01))
-            else:
-                v = rng.fill_uniform(shape, np.float32(1.0) / sqrtf(cols))
-            self.p[name] = v.astype(dtype)
+            self.p[name] = initial(rng, rows, cols, kind, role).astype(dtype)
             self.kind[name], self.role[name], self.group[name] = kind, role, grp
         enc = Rng(seed, ENCODER, 0)
         C, M, dp, th, d = spec.classes, spec.prompt_len, spec.prompt_dim, spec.text_hidden, spec.d
