@@ -76,15 +76,16 @@ void fm_coord_task_taken(fm_coordinator_t *c, fm_participant_t *p);
 void fm_coord_part_done(fm_coordinator_t *c, fm_participant_t *p);
 void fm_coord_pump(fm_coordinator_t *c);
 /* Client-level differential privacy (coordinator_privacy.c; --dp-noise), the
- * round's steps in order (choose_noise once at the start: --dp-noise auto
- * becomes the least noise that spends the budget over --rounds): clip bounds an update (the model and the prompt
+ * round's steps in order (start, once: --dp-noise auto becomes the least
+ * noise that spends the budget over --rounds, and a budget no round fits is
+ * refused): clip bounds an update (the model and the prompt
  * together, distances from the state it was sent) to the run's C and returns
  * its weight in the mean (1: equal weights); pad counts the selected clients
  * that sent nothing as unchanged (the mean's denominator is the round's
  * selected clients, whoever answers), before the aggregators' results; noise
  * adds the Gaussian noise to the results. epsilon is what `rounds` rounds
  * spend (NaN without --dp-noise). */
-void fm_coord_dp_choose_noise(fm_coordinator_t *c);
+fm_status fm_coord_dp_start(fm_coordinator_t *c);
 uint64_t fm_coord_dp_clip(fm_coordinator_t *c, fm_participant_t *p, float *model, float *prompt);
 fm_status fm_coord_dp_pad(fm_coordinator_t *c);
 fm_status fm_coord_dp_noise(fm_coordinator_t *c);

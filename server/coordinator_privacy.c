@@ -17,14 +17,27 @@
 #include "fedmoe/accountant.h"
 #include "fedmoe/dp.h"
 
-void fm_coord_dp_choose_noise(fm_coordinator_t *c)
+fm_status fm_coord_dp_start(fm_coordinator_t *c)
 {
     fm_dp_spec_t *dp = &c->spec.dp;
-    if (dp->noise != FM_DP_NOISE_AUTO)
-        return;
-    dp->noise = fm_accountant_noise_for(1.0, (uint64_t)c->cfg.rounds, dp->budget, dp->delta);
-    fm_info("--dp-noise auto: noise multiplier %.6g spends epsilon %.4g (delta %g) over the %d rounds", dp->noise,
-            fm_coord_dp_epsilon(c, c->cfg.rounds), dp->delta, c->cfg.rounds);
+    if (dp->noise == FM_DP_NOISE_AUTO) {
+        dp->noise = fm_accountant_noise_for(1.0, (uint64_t)c->cfg.rounds, dp->budget, dp->delta);
+        if (!(dp->noise > 0.0)) { /* (never run without the noise asked for) */
+            fm_error_set("--dp-noise auto: no noise multiplier keeps %d rounds within epsilon %g at delta %g; "
+                         "give a larger --dp-epsilon-budget or --dp-delta",
+                         c->cfg.rounds, dp->budget, dp->delta);
+            return FM_ERR_ARG;
+        }
+        fm_info("--dp-noise auto: noise multiplier %.6g spends epsilon %.4g (delta %g) over the %d rounds", dp->noise,
+                fm_coord_dp_epsilon(c, c->cfg.rounds), dp->delta, c->cfg.rounds);
+    }
+    if (fm_dp_on(dp) && dp->budget > 0.0 && fm_coord_dp_epsilon(c, 1) > dp->budget) {
+        fm_error_set("--dp-noise %g spends epsilon %.4g in its first round, more than --dp-epsilon-budget %g: "
+                     "no round could run",
+                     dp->noise, fm_coord_dp_epsilon(c, 1), dp->budget);
+        return FM_ERR_ARG;
+    }
+    return FM_OK;
 }
 
 uint64_t fm_coord_dp_clip(fm_coordinator_t *c, fm_participant_t *p, float *model, float *prompt)

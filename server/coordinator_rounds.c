@@ -350,7 +350,7 @@ static fm_status commit_round(fm_coordinator_t *c, double now)
         }
     }
     char clipped[48] = "", eps[64] = "";
-    if (c->clipped)
+    if (c->clipped && !dp) /* (under DP how many were clipped tells of individual updates: not logged) */
         snprintf(clipped, sizeof clipped, " (%d clipped)", c->clipped);
     if (dp)
         snprintf(eps, sizeof eps, ", epsilon %.3g (delta %g)", r.epsilon, c->spec.dp.delta);

@@ -235,7 +235,8 @@ fm_status fm_coordinator_new(fm_coordinator_t **out, const fm_server_config_t *c
         (st = fm_budget_new(&c->budget, 4 * c->spec.partition_count + 4096)) != FM_OK ||
         (st = data_sizes(c)) != FM_OK)
         goto fail;
-    fm_coord_dp_choose_noise(c);
+    if ((st = fm_coord_dp_start(c)) != FM_OK)
+        goto fail;
     fm_aggregator_set_rule(c->agg_model, &c->spec.aggregate);
     fm_aggregator_set_rule(c->agg_prompt, &c->spec.aggregate);
     c->clip[0] = c->clip[1] = c->spec.clip_norm > 0.0 ? c->spec.clip_norm : 0.0;

@@ -539,6 +539,22 @@ static void test_dp_budget_ends_run(void **state)
     assert_true(logged_round(cfg.db, 5).epsilon <= 8.0 && logged_round(cfg.db, 5).epsilon > 7.99);
     assert_true(fm_coordinator_finished(c));
     finish(&c);
+    /* a budget no round fits is refused at the start, never run without noise:
+     * a fixed noise whose first round passes it; auto where no noise is enough
+     * (below delta 1e-10 epsilon has a floor near 0.03) */
+    const struct { double z, delta, budget; } refused[] = {{0.1, FM_DP_DELTA, 1.0}, {FM_DP_NOISE_AUTO, 1e-10, 0.02}};
+    for (int i = 0; i < 2; i++) {
+        small_config(&cfg, 4, 3);
+        cfg.spec.strategy = FM_STRATEGY_COMIGS;
+        cfg.spec.dp.noise = refused[i].z;
+        cfg.spec.dp.clip = 0.5;
+        cfg.spec.dp.delta = refused[i].delta;
+        cfg.spec.dp.budget = refused[i].budget;
+        fm_coordinator_t *no = NULL;
+        assert_int_equal(fm_coordinator_new(&no, &cfg, NULL, NULL), FM_ERR_ARG);
+        assert_null(no);
+        assert_non_null(strstr(fm_error_last(), "epsilon"));
+    }
 }
 
 int main(void)

@@ -1,6 +1,6 @@
 /* dp.c - differential privacy's settings and its Gaussian noise (dp.h): the
- * noise from OpenSSL's generator, Box-Muller on 53-bit uniforms drawn a block
- * at a time, all of it drawn before x is touched. */
+ * noise from OpenSSL's generator, Box-Muller on 53-bit uniforms drawn and
+ * added a block at a time. */
 #include "fedmoe/dp.h"
 
 #include <math.h>
@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <openssl/crypto.h>
 #include <openssl/rand.h>
 
 #include "fedmoe/log.h"
@@ -99,24 +100,21 @@ fm_status fm_dp_add_noise(float *x, size_t n, double sd)
     }
     if (sd == 0.0 || n == 0)
         return FM_OK;
-    size_t pairs = (n + 1) / 2;
-    uint64_t *bits = malloc(sizeof *bits * 2 * pairs);
-    if (!bits)
-        return FM_ERR_NOMEM;
-    for (size_t done = 0; done < 2 * pairs; done += BLOCK) {
-        size_t k = 2 * pairs - done < BLOCK ? 2 * pairs - done : BLOCK;
-        if (RAND_bytes((unsigned char *)(bits + done), (int)(k * sizeof *bits)) != 1) {
-            free(bits);
-            fm_error_set("the cryptographic generator failed: no noise drawn");
+    uint64_t bits[BLOCK]; /* the uniforms of BLOCK values: memory stays one block */
+    for (size_t at = 0; at < n; at += BLOCK) {
+        size_t k = n - at < BLOCK ? n - at : BLOCK, pairs = (k + 1) / 2;
+        if (RAND_bytes((unsigned char *)bits, (int)(2 * pairs * sizeof *bits)) != 1) {
+            fm_error_set("the cryptographic generator failed: the noise is incomplete");
             return FM_ERR_IO;
         }
+        float *y = x + at;
+        for (size_t p = 0; p < pairs; p++) {
+            double r = sqrt(-2.0 * log(uniform(bits[2 * p]))), t = 6.283185307179586 * uniform(bits[2 * p + 1]);
+            y[2 * p] += (float)(sd * r * cos(t));
+            if (2 * p + 1 < k)
+                y[2 * p + 1] += (float)(sd * r * sin(t));
+        }
     }
-    for (size_t p = 0; p < pairs; p++) {
-        double r = sqrt(-2.0 * log(uniform(bits[2 * p]))), t = 6.283185307179586 * uniform(bits[2 * p + 1]);
-        x[2 * p] += (float)(sd * r * cos(t));
-        if (2 * p + 1 < n)
-            x[2 * p + 1] += (float)(sd * r * sin(t));
-    }
-    free(bits);
+    OPENSSL_cleanse(bits, sizeof bits);
     return FM_OK;
 }

@@ -51,8 +51,9 @@ const char *fm_dp_mode_name(fm_dp_mode m);
 fm_status fm_dp_mode_parse(const char *flag, const char *name, fm_dp_mode *out);
 
 /* Adds independent Gaussian noise of standard deviation sd (>= 0) to each of
- * x[0..n). FM_ERR_ARG for a bad sd, FM_ERR_IO when the generator fails (x is
- * then unchanged: no update goes out without its noise). */
+ * x[0..n), a block at a time (memory: one block). FM_ERR_ARG for a bad sd;
+ * FM_ERR_IO when the generator fails, x then partly noised: the caller must
+ * not release it (the coordinator stops). */
 fm_status fm_dp_add_noise(float *x, size_t n, double sd);
 
 #endif
