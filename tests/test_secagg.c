@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -238,7 +239,7 @@ static void test_wrong_shares(void **state)
     static fm_u128 sum[D + 1];
     bool in3[N];
     make_world(&wd, 400);
-    wd.liar = 4;
+    wd.liar = 1; /* (the first holder: every choice of t in order would take it first) */
     assert_int_equal(run_round(&wd, AFTER_SHARES, 2, 6, sum, in3), FM_OK); /* (2 dropped: their s keys rebuilt too) */
     check_sum(&wd, sum, in3);
     free_world(&wd);
@@ -246,6 +247,71 @@ static void test_wrong_shares(void **state)
     wd.liar = 1;
     assert_int_equal(run_round(&wd, IN_UNMASK, N - T, 4, sum, in3), FM_ERR_STATE); /* t answers, one a liar */
     assert_non_null(strstr(fm_error_last(), "rebuilds it"));
+    free_world(&wd);
+}
+
+/* What each side refuses: a threshold that is not a majority; a value that
+ * is not finite or beyond the aggregator's bound; a second masked input or
+ * unmasking (a second U3 could ask for both secrets of a client); a U3
+ * without the client; on the coordinator a U3 outside U2 or a U2 with a
+ * repeated client. */
+static void test_refusals(void **state)
+{
+    (void)state;
+    fm_sa_client_t *c = NULL;
+    assert_int_equal(fm_sa_client_new(&c, 1, 10, 5, ROUND), FM_ERR_ARG);
+    assert_null(c);
+    static world_t wd;
+    make_world(&wd, 500);
+    fm_sa_keys_t u1[N];
+    for (int i = 0; i < N; i++)
+        fm_sa_client_keys(wd.c[i], &u1[i]);
+    static fm_sa_sealed_t sealed[N][N - 1];
+    for (int i = 0; i < N; i++)
+        assert_int_equal(fm_sa_client_share(wd.c[i], u1, N, sealed[i]), FM_OK);
+    fm_sa_sealed_t mine[N - 1];
+    uint32_t k = 0;
+    for (int j = 1; j < N; j++)
+        for (int m = 0; m < N - 1; m++)
+            if (sealed[j][m].to == 1)
+                mine[k++] = sealed[j][m];
+    static fm_u128 y[D + 1];
+    float keep = wd.x[0][7];
+    wd.x[0][7] = NAN;
+    assert_int_equal(fm_sa_client_mask(wd.c[0], mine, k, wd.x[0], D, wd.w[0], y), FM_ERR_ARG);
+    wd.x[0][7] = 2e9f;
+    assert_int_equal(fm_sa_client_mask(wd.c[0], mine, k, wd.x[0], D, wd.w[0], y), FM_ERR_ARG);
+    wd.x[0][7] = keep;
+    uint32_t all3[N], got;
+    for (int i = 0; i < N; i++)
+        all3[i] = (uint32_t)i + 1;
+    static fm_sa_share_t out[N];
+    assert_int_equal(fm_sa_client_unmask(wd.c[0], all3, N, out, &got), FM_ERR_STATE); /* not masked yet */
+    /* (the refused calls above opened its shares: a fresh client for the rest) */
+    free_world(&wd);
+    make_world(&wd, 501);
+    for (int i = 0; i < N; i++)
+        fm_sa_client_keys(wd.c[i], &u1[i]);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(fm_sa_client_share(wd.c[i], u1, N, sealed[i]), FM_OK);
+    k = 0;
+    for (int j = 1; j < N; j++)
+        for (int m = 0; m < N - 1; m++)
+            if (sealed[j][m].to == 1)
+                mine[k++] = sealed[j][m];
+    assert_int_equal(fm_sa_client_mask(wd.c[0], mine, k, wd.x[0], D, wd.w[0], y), FM_OK);
+    assert_int_equal(fm_sa_client_mask(wd.c[0], mine, k, wd.x[0], D, wd.w[0], y), FM_ERR_STATE); /* a second masked input */
+    assert_int_equal(fm_sa_client_unmask(wd.c[0], all3 + 1, N - 1, out, &got), FM_ERR_STATE); /* U3 without it */
+    assert_int_equal(fm_sa_client_unmask(wd.c[0], all3, N, out, &got), FM_OK);
+    assert_int_equal(got, N);
+    assert_int_equal(fm_sa_client_unmask(wd.c[0], all3, T, out, &got), FM_ERR_STATE); /* a second U3 */
+    static fm_u128 sum[D + 1];
+    fm_sa_keys_t twice[N];
+    memcpy(twice, u1, sizeof twice);
+    twice[1] = twice[0];
+    assert_int_equal(fm_sa_unmask(sum, D, T, ROUND, twice, N, all3, N, out, got), FM_ERR_FORMAT);
+    uint32_t outside[T] = {1, 2, 3, 4, 5, 11};
+    assert_int_equal(fm_sa_unmask(sum, D, T, ROUND, u1, N, outside, T, out, got), FM_ERR_FORMAT);
     free_world(&wd);
 }
 
@@ -257,6 +323,7 @@ int main(void)
         cmocka_unit_test(test_below_threshold),
         cmocka_unit_test(test_tampered_share),
         cmocka_unit_test(test_wrong_shares),
+        cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

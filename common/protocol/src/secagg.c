@@ -22,6 +22,7 @@ struct fm_sa_client {
     /* the shares of every client of U1 (itself too), by owner: [j - 1][kind] */
     uint8_t (*held)[2][FM_SHAMIR_Y_BYTES];
     bool *has; /* has[j - 1]: j's shares are held (j in U2 as this client saw it) */
+    bool masked, unmasked; /* phases 2 and 3 done: each at most once */
 };
 
 /* ---- derivations: every key a (round, purpose, pair) of its own ---------- */
@@ -98,8 +99,10 @@ static fm_status bad(fm_status st, const char *fmt, uint32_t a, uint32_t b)
 fm_status fm_sa_client_new(fm_sa_client_t **out, uint32_t who, uint32_t n, uint32_t t, uint64_t round)
 {
     *out = NULL;
-    if (n < 1 || n > MAX_N || who < 1 || who > n || t < 1 || t > n)
-        return bad(FM_ERR_ARG, "secure aggregation: client %u of %u: bad numbers or threshold", who, n);
+    if (n < 1 || n > MAX_N || who < 1 || who > n || t <= n / 2 || t > n) /* t a majority: two disjoint
+                                                                           groups cannot both rebuild */
+        return bad(FM_ERR_ARG, "secure aggregation: client %u of %u: bad numbers, or a threshold not a majority",
+                   who, n);
     fm_sa_client_t *c = calloc(1, sizeof *c);
     if (!c || !(c->u1 = calloc(n, sizeof *c->u1)) || !(c->held = calloc(n, sizeof *c->held)) ||
         !(c->has = calloc(n, sizeof *c->has))) {
@@ -214,6 +217,14 @@ fm_status fm_sa_client_mask(fm_sa_client_t *c, const fm_sa_sealed_t *in, uint32_
     if (k + 1 < c->t)
         return bad(FM_ERR_STATE, "secure aggregation: shares of %u clients came, fewer than the threshold %u",
                    k + 1, c->t);
+    if (c->masked)
+        return bad(FM_ERR_STATE, "secure aggregation: client %u of %u masked its input already", c->who, c->n);
+    if (weight == 0 || weight > FM_AGG_MAX_WEIGHT)
+        return bad(FM_ERR_ARG, "secure aggregation: client %u's weight out of 1..2^29 (of %u)", c->who, c->n);
+    for (size_t i = 0; i < d; i++)
+        if (!(x[i] >= -FM_AGG_MAX_ABS && x[i] <= FM_AGG_MAX_ABS)) /* (NaN fails too) */
+            return bad(FM_ERR_ARG, "secure aggregation: client %u's value %u is not finite or beyond 2^30", c->who,
+                       (uint32_t)i);
     for (uint32_t i = 0; i < k; i++) {
         uint32_t j = in[i].from;
         if (in[i].to != c->who || j < 1 || j > c->n || j == c->who || !c->u1[j - 1].who || c->has[j - 1])
@@ -232,6 +243,7 @@ fm_status fm_sa_client_mask(fm_sa_client_t *c, const fm_sa_sealed_t *in, uint32_
         OPENSSL_cleanse(plain, sizeof plain);
         c->has[j - 1] = true;
     }
+    c->masked = true;
     fm_sa_encode(x, d, weight, out);
     fm_status st = add_mask(out, d, c->b, +1);
     for (uint32_t j = 1; st == FM_OK && j <= c->n; j++) { /* U2: the clients whose shares it holds */
@@ -245,12 +257,14 @@ fm_status fm_sa_client_mask(fm_sa_client_t *c, const fm_sa_sealed_t *in, uint32_
     return st;
 }
 
-fm_status fm_sa_client_unmask(const fm_sa_client_t *c, const uint32_t *u3, uint32_t k, fm_sa_share_t *out,
-                              uint32_t *nout)
+fm_status fm_sa_client_unmask(fm_sa_client_t *c, const uint32_t *u3, uint32_t k, fm_sa_share_t *out, uint32_t *nout)
 {
     *nout = 0;
     if (k < c->t)
         return bad(FM_ERR_STATE, "secure aggregation: %u masked inputs came, fewer than the threshold %u", k, c->t);
+    if (c->unmasked || !c->masked) /* a second U3 could ask for both secrets of one client */
+        return bad(FM_ERR_STATE, "secure aggregation: client %u answers one unmasking, after its masked input "
+                   "(of %u)", c->who, c->n);
     bool *in3 = calloc(c->n, sizeof *in3);
     if (!in3)
         return FM_ERR_NOMEM;
@@ -262,6 +276,9 @@ fm_status fm_sa_client_unmask(const fm_sa_client_t *c, const uint32_t *u3, uint3
         else
             in3[u3[i] - 1] = true;
     }
+    if (st == FM_OK && !in3[c->who - 1]) /* its input was sent: a U3 without it would ask for its mask key */
+        st = bad(FM_ERR_STATE, "secure aggregation: client %u's masked input is left out of U3 (of %u)", c->who, c->n);
+    c->unmasked = st == FM_OK;
     for (uint32_t j = 1; st == FM_OK && j <= c->n; j++) {
         if (!c->has[j - 1])
             continue;
@@ -322,7 +339,17 @@ static fm_status rebuild(const fm_sa_share_t *shares, uint32_t n, const fm_sa_ke
     if (!pick)
         return FM_ERR_NOMEM;
     fm_share_t *try = all + k; /* (the caller's room for t more) */
-    for (uint32_t i = 0; i < t; i++)
+    /* first the k runs of t consecutive shares, cyclically: with one wrong
+     * share among more than t, some run misses it (k tries at most) */
+    for (uint32_t first = 0; first < k; first++) {
+        for (uint32_t i = 0; i < t; i++)
+            try[i] = all[(first + i) % k];
+        if (fm_shamir_combine(try, (int)t, out) == FM_OK && matches(owner, kind, round, out)) {
+            free(pick);
+            return FM_OK;
+        }
+    }
+    for (uint32_t i = 0; i < t; i++) /* then other choices, in order */
         pick[i] = i;
     for (int tries = 0; tries < 4096; tries++) {
         for (uint32_t i = 0; i < t; i++)
@@ -351,6 +378,19 @@ fm_status fm_sa_unmask(fm_u128 *sum, size_t d, uint32_t t, uint64_t round, const
 {
     if (k3 < t)
         return bad(FM_ERR_STATE, "secure aggregation: %u masked inputs, fewer than the threshold %u", k3, t);
+    for (uint32_t i = 0; i < k2; i++) /* U2 without repeats; U3 within U2, without repeats */
+        for (uint32_t j = 0; j < i; j++)
+            if (u2[i].who == u2[j].who)
+                return bad(FM_ERR_FORMAT, "secure aggregation: client %u twice in U2 (%u clients)", u2[i].who, k2);
+    for (uint32_t i = 0; i < k3; i++) {
+        bool in2 = false;
+        for (uint32_t j = 0; j < k2; j++)
+            in2 |= u2[j].who == u3[i];
+        for (uint32_t j = 0; j < i; j++)
+            in2 &= u3[j] != u3[i];
+        if (!in2)
+            return bad(FM_ERR_FORMAT, "secure aggregation: client %u of U3 is not in U2 once (%u in U3)", u3[i], k3);
+    }
     fm_share_t *scratch = malloc(sizeof *scratch * ((size_t)nshares + t + 1)); /* see rebuild */
     if (!scratch)
         return FM_ERR_NOMEM;
@@ -381,6 +421,20 @@ fm_status fm_sa_unmask(fm_u128 *sum, size_t d, uint32_t t, uint64_t round, const
         }
         OPENSSL_cleanse(secret, sizeof secret);
     }
+    OPENSSL_cleanse(scratch, sizeof *scratch * ((size_t)nshares + t + 1));
     free(scratch);
+    /* what k3 updates can sum to: each value below 2^99 in size, the weight
+     * 1..2^29 each; a mask left in would be out of range but with chance
+     * below 2^-20 a value */
+    __int128 lim = (__int128)k3 << 99;
+    for (size_t i = 0; st == FM_OK && i < d; i++) {
+        __int128 v = (__int128)sum[i];
+        if (v > lim || v < -lim)
+            st = bad(FM_ERR_STATE, "secure aggregation: value %u of the unmasked sum is out of range (%u inputs): "
+                     "a mask is left in", (uint32_t)i, k3);
+    }
+    if (st == FM_OK && (sum[d] < k3 || sum[d] > (fm_u128)k3 * FM_AGG_MAX_WEIGHT))
+        st = bad(FM_ERR_STATE, "secure aggregation: the unmasked weight is out of range (%u inputs, threshold %u): "
+                 "a mask is left in", k3, t);
     return st;
 }

@@ -71,8 +71,8 @@ typedef struct {
 
 typedef struct fm_sa_client fm_sa_client_t;
 
-/* A client numbered `who` of n in round `round` with threshold t: draws its
- * key pairs (phase 0). */
+/* A client numbered `who` of n in round `round` with threshold t (a
+ * majority: n/2 < t <= n): draws its key pairs (phase 0). */
 fm_status fm_sa_client_new(fm_sa_client_t **out, uint32_t who, uint32_t n, uint32_t t, uint64_t round);
 void fm_sa_client_destroy(fm_sa_client_t **c);
 void fm_sa_client_keys(const fm_sa_client_t *c, fm_sa_keys_t *out);
@@ -80,18 +80,21 @@ void fm_sa_client_keys(const fm_sa_client_t *c, fm_sa_keys_t *out);
  * shares for every other client of U1 into out (k - 1 entries). FM_ERR_STATE
  * when k < t, FM_ERR_FORMAT for a repeated or out-of-range number or a bad key. */
 fm_status fm_sa_client_share(fm_sa_client_t *c, const fm_sa_keys_t *u1, uint32_t k, fm_sa_sealed_t *out);
-/* Phase 2: opens the sealed shares addressed to it (k: U2 but itself, each
- * from a client of U1), then writes its masked input: d + 1 values (the
+/* Phase 2, once: opens the sealed shares addressed to it (k: U2 but itself,
+ * each from a client of U1), then writes its masked input: d + 1 values (the
  * update in fixed point, then the weight). A share that does not open (a
  * wrong key, tampered, another round's) is FM_ERR_FORMAT naming its sender;
- * fewer than t - 1 is FM_ERR_STATE. */
+ * fewer than t - 1 is FM_ERR_STATE; a value not finite or beyond
+ * FM_AGG_MAX_ABS, or a weight outside 1..FM_AGG_MAX_WEIGHT, FM_ERR_ARG (the
+ * aggregator's own bounds: the ring cannot wrap). */
 fm_status fm_sa_client_mask(fm_sa_client_t *c, const fm_sa_sealed_t *in, uint32_t k, const float *x, size_t d,
                             uint64_t weight, fm_u128 *out);
-/* Phase 3: told U3 (k numbers, its own among them), writes its shares into
- * out (at most |U2|: b for U3, the s key for U2 but not U3) and their count.
- * FM_ERR_STATE for fewer than t, or a client of U3 that was not in U2. */
-fm_status fm_sa_client_unmask(const fm_sa_client_t *c, const uint32_t *u3, uint32_t k, fm_sa_share_t *out,
-                              uint32_t *nout);
+/* Phase 3, once and after phase 2: told U3 (k numbers, its own among them),
+ * writes its shares into out (at most |U2|: b for U3, the s key for U2 but
+ * not U3) and their count. FM_ERR_STATE for fewer than t, a client of U3
+ * that was not in U2, a U3 without itself, or a second call (another U3
+ * could ask for both secrets of one client). */
+fm_status fm_sa_client_unmask(fm_sa_client_t *c, const uint32_t *u3, uint32_t k, fm_sa_share_t *out, uint32_t *nout);
 
 /* The coordinator's sum: sum (d + 1 values) += y. */
 void fm_sa_sum_add(fm_u128 *sum, const fm_u128 *y, size_t d);
@@ -100,10 +103,12 @@ void fm_sa_sum_add(fm_u128 *sum, const fm_u128 *y, size_t d);
  * secret, from distinct holders), given U2's keys. Every secret rebuilt is
  * checked against what its owner advertised (the s key against its public
  * key, the seed against its commitment); when it does not match, other t of
- * its shares are tried (up to 4096 choices), so wrong shares from a few
- * answers change nothing while t right ones are among them. FM_ERR_STATE
- * when some secret cannot be rebuilt (the round is abandoned: nothing can
- * be said of the sum). */
+ * its shares are tried: first every run of t consecutive ones (cyclically),
+ * so one wrong answer among more than t costs at most k tries a secret,
+ * then other choices (up to 4096). FM_ERR_FORMAT for a U2 with repeats or a
+ * U3 not within it; FM_ERR_STATE when some secret cannot be rebuilt or the
+ * result is out of what k3 updates can sum to (a mask left in): the round is
+ * abandoned, never unmasked wrong. */
 fm_status fm_sa_unmask(fm_u128 *sum, size_t d, uint32_t t, uint64_t round, const fm_sa_keys_t *u2, uint32_t k2,
                        const uint32_t *u3, uint32_t k3, const fm_sa_share_t *shares, uint32_t nshares);
 
