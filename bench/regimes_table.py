@@ -71,7 +71,7 @@ def compare(runs, size, a, b, which, lower_better):
     return verdict(gap, noise), gap, noise, verdict(pm, 2 * ps), pm, 2 * ps
 
 
-def svg(setting, runs, sizes, strategies, which, lower_better, title, out):
+def svg(setting, runs, sizes, strategies, which, lower_better, title, out, xlabel=None):
     W, H, L, R, T, B = 640, 400, 70, 120, 40, 50
     pts = {}
     lo, hi = float("inf"), float("-inf")
@@ -108,7 +108,8 @@ def svg(setting, runs, sizes, strategies, which, lower_better, title, out):
         o.append(f'<line x1="{X(sz):.1f}" y1="{H-B}" x2="{X(sz):.1f}" y2="{H-B+4}" stroke="black"/>')
     unit = "bits per byte (lower is better)" if lower_better else "test accuracy, %"
     label = "bytes" if lower_better else "examples"
-    o.append(f'<text x="{(L+W-R)/2}" y="{H-12}" text-anchor="middle">{label} of train + validation data a client (log scale)</text>')
+    xlabel = xlabel or f"{label} of train + validation data a client (log scale)"
+    o.append(f'<text x="{(L+W-R)/2}" y="{H-12}" text-anchor="middle">{xlabel}</text>')
     o.append(f'<text x="16" y="{(T+H-B)/2}" transform="rotate(-90 16 {(T+H-B)/2})" text-anchor="middle">{unit}</text>')
     for k in range(6):
         v = lo + (hi - lo) * k / 5
@@ -135,6 +136,7 @@ def main():
     ap.add_argument("--svg")
     ap.add_argument("--score", choices=["final", "best"], default="final")
     ap.add_argument("--title")
+    ap.add_argument("--xlabel", help="the x axis' label (default: data a client); the size column may hold another quantity")
     a = ap.parse_args()
     setting, runs = load(a.runs)
     if not runs:
@@ -167,7 +169,7 @@ def main():
         print(f"| {sz} | " + " | ".join(cells) + " | " + " | ".join(vs) + " |")
     if a.svg:
         svg(setting, runs, sizes, strategies, which, lower_better,
-            a.title or f"{setting}: {a.score} score, mean ± std over seeds", a.svg)
+            a.title or f"{setting}: {a.score} score, mean ± std over seeds", a.svg, a.xlabel)
 
 
 if __name__ == "__main__":
