@@ -79,8 +79,12 @@ static fm_status add_mask(fm_u128 *v, size_t d, const uint8_t seed[32], int sign
             return st;
         for (size_t i = 0; i < k; i++) {
             fm_u128 m = 0;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+            memcpy(&m, buf + 16 * i, 16); /* (the bytes are little-endian already) */
+#else
             for (int j = 15; j >= 0; j--)
                 m = (m << 8) | buf[16 * i + (size_t)j];
+#endif
             v[at + i] = sign > 0 ? v[at + i] + m : v[at + i] - m;
         }
     }
@@ -225,27 +229,43 @@ fm_status fm_sa_client_mask(fm_sa_client_t *c, const fm_sa_sealed_t *in, uint32_
         if (!(x[i] >= -FM_AGG_MAX_ABS && x[i] <= FM_AGG_MAX_ABS)) /* (NaN fails too) */
             return bad(FM_ERR_ARG, "secure aggregation: client %u's value %u is not finite or beyond 2^30", c->who,
                        (uint32_t)i);
-    for (uint32_t i = 0; i < k; i++) {
+    /* every share opened before any is kept: a refused call changes nothing */
+    uint8_t (*opened)[FM_SA_SEALED_BYTES] = malloc(sizeof *opened * (k ? k : 1));
+    bool *seen = calloc(c->n, sizeof *seen);
+    fm_status st = opened && seen ? FM_OK : FM_ERR_NOMEM;
+    for (uint32_t i = 0; st == FM_OK && i < k; i++) {
         uint32_t j = in[i].from;
-        if (in[i].to != c->who || j < 1 || j > c->n || j == c->who || !c->u1[j - 1].who || c->has[j - 1])
-            return bad(FM_ERR_FORMAT, "secure aggregation: shares from %u for %u are not this client's to take", j,
-                       in[i].to);
-        uint8_t key[32], nonce[FM_GCM_NONCE_BYTES], aad[16], plain[FM_SA_SEALED_BYTES];
-        fm_status st = seal_key(c, c->u1[j - 1].c_pk, j, c->who, key, nonce, aad);
+        if (in[i].to != c->who || j < 1 || j > c->n || j == c->who || !c->u1[j - 1].who || c->has[j - 1] ||
+            seen[j - 1]) {
+            st = bad(FM_ERR_FORMAT, "secure aggregation: shares from %u for %u are not this client's to take", j,
+                     in[i].to);
+            break;
+        }
+        seen[j - 1] = true;
+        uint8_t key[32], nonce[FM_GCM_NONCE_BYTES], aad[16];
+        st = seal_key(c, c->u1[j - 1].c_pk, j, c->who, key, nonce, aad);
         if (st == FM_OK)
-            st = fm_gcm_open(key, nonce, aad, sizeof aad, in[i].sealed, sizeof plain, in[i].tag, plain);
+            st = fm_gcm_open(key, nonce, aad, sizeof aad, in[i].sealed, FM_SA_SEALED_BYTES, in[i].tag, opened[i]);
         OPENSSL_cleanse(key, sizeof key);
         if (st != FM_OK)
-            return bad(FM_ERR_FORMAT, "secure aggregation: the shares client %u sealed for client %u do not open",
-                       j, c->who);
-        memcpy(c->held[j - 1][0], plain, FM_SHAMIR_Y_BYTES);
-        memcpy(c->held[j - 1][1], plain + FM_SHAMIR_Y_BYTES, FM_SHAMIR_Y_BYTES);
-        OPENSSL_cleanse(plain, sizeof plain);
+            st = bad(FM_ERR_FORMAT, "secure aggregation: the shares client %u sealed for client %u do not open", j,
+                     c->who);
+    }
+    for (uint32_t i = 0; st == FM_OK && i < k; i++) {
+        uint32_t j = in[i].from;
+        memcpy(c->held[j - 1][0], opened[i], FM_SHAMIR_Y_BYTES);
+        memcpy(c->held[j - 1][1], opened[i] + FM_SHAMIR_Y_BYTES, FM_SHAMIR_Y_BYTES);
         c->has[j - 1] = true;
     }
+    if (opened)
+        OPENSSL_cleanse(opened, sizeof *opened * (k ? k : 1));
+    free(opened);
+    free(seen);
+    if (st != FM_OK)
+        return st;
     c->masked = true;
     fm_sa_encode(x, d, weight, out);
-    fm_status st = add_mask(out, d, c->b, +1);
+    st = add_mask(out, d, c->b, +1);
     for (uint32_t j = 1; st == FM_OK && j <= c->n; j++) { /* U2: the clients whose shares it holds */
         if (j == c->who || !c->has[j - 1])
             continue;
@@ -378,28 +398,32 @@ fm_status fm_sa_unmask(fm_u128 *sum, size_t d, uint32_t t, uint64_t round, const
 {
     if (k3 < t)
         return bad(FM_ERR_STATE, "secure aggregation: %u masked inputs, fewer than the threshold %u", k3, t);
-    for (uint32_t i = 0; i < k2; i++) /* U2 without repeats; U3 within U2, without repeats */
-        for (uint32_t j = 0; j < i; j++)
-            if (u2[i].who == u2[j].who)
-                return bad(FM_ERR_FORMAT, "secure aggregation: client %u twice in U2 (%u clients)", u2[i].who, k2);
-    for (uint32_t i = 0; i < k3; i++) {
-        bool in2 = false;
-        for (uint32_t j = 0; j < k2; j++)
-            in2 |= u2[j].who == u3[i];
-        for (uint32_t j = 0; j < i; j++)
-            in2 &= u3[j] != u3[i];
-        if (!in2)
-            return bad(FM_ERR_FORMAT, "secure aggregation: client %u of U3 is not in U2 once (%u in U3)", u3[i], k3);
-    }
-    fm_share_t *scratch = malloc(sizeof *scratch * ((size_t)nshares + t + 1)); /* see rebuild */
-    if (!scratch)
+    /* who is in U2 (bit 1) and U3 (bit 2), by number: U2 without repeats, U3
+     * within U2 and without repeats */
+    uint8_t *in = calloc(MAX_N + 1, 1);
+    if (!in)
         return FM_ERR_NOMEM;
     fm_status st = FM_OK;
     for (uint32_t i = 0; st == FM_OK && i < k2; i++) {
         uint32_t j = u2[i].who;
-        bool survived = false;
-        for (uint32_t m = 0; m < k3; m++)
-            survived |= u3[m] == j;
+        if (j < 1 || j > MAX_N || in[j])
+            st = bad(FM_ERR_FORMAT, "secure aggregation: client %u twice in U2 or out of range (%u clients)", j, k2);
+        else
+            in[j] = 1;
+    }
+    for (uint32_t i = 0; st == FM_OK && i < k3; i++) {
+        uint32_t j = u3[i];
+        if (j < 1 || j > MAX_N || in[j] != 1)
+            st = bad(FM_ERR_FORMAT, "secure aggregation: client %u of U3 is not in U2 once (%u in U3)", j, k3);
+        else
+            in[j] |= 2;
+    }
+    fm_share_t *scratch = st == FM_OK ? malloc(sizeof *scratch * ((size_t)nshares + t + 1)) : NULL; /* see rebuild */
+    if (st == FM_OK && !scratch)
+        st = FM_ERR_NOMEM;
+    for (uint32_t i = 0; st == FM_OK && i < k2; i++) {
+        uint32_t j = u2[i].who;
+        bool survived = in[j] & 2;
         uint8_t secret[32];
         if ((st = rebuild(shares, nshares, &u2[i], survived ? 0 : 1, t, round, scratch, secret)) != FM_OK)
             break;
@@ -408,10 +432,7 @@ fm_status fm_sa_unmask(fm_u128 *sum, size_t d, uint32_t t, uint64_t round, const
         } else { /* it dropped after sharing: the pair masks the survivors added with it */
             for (uint32_t m = 0; st == FM_OK && m < k2; m++) {
                 uint32_t i3 = u2[m].who;
-                bool in3 = false;
-                for (uint32_t q = 0; q < k3; q++)
-                    in3 |= u3[q] == i3;
-                if (!in3)
+                if (!(in[i3] & 2))
                     continue;
                 uint8_t seed[32];
                 if ((st = agree(secret, u2[m].s_pk, "fedmoe secagg mask", round, j, i3, seed)) == FM_OK)
@@ -421,11 +442,14 @@ fm_status fm_sa_unmask(fm_u128 *sum, size_t d, uint32_t t, uint64_t round, const
         }
         OPENSSL_cleanse(secret, sizeof secret);
     }
+    free(in);
+    if (!scratch)
+        return st;
     OPENSSL_cleanse(scratch, sizeof *scratch * ((size_t)nshares + t + 1));
     free(scratch);
     /* what k3 updates can sum to: each value below 2^99 in size, the weight
-     * 1..2^29 each; a mask left in would be out of range but with chance
-     * below 2^-20 a value */
+     * 1..2^29 each; a value with a mask left in is uniform mod 2^128 and
+     * lands in range with chance about k3 x 2^-28 */
     __int128 lim = (__int128)k3 << 99;
     for (size_t i = 0; st == FM_OK && i < d; i++) {
         __int128 v = (__int128)sum[i];

@@ -86,7 +86,8 @@ fm_status fm_sa_client_share(fm_sa_client_t *c, const fm_sa_keys_t *u1, uint32_t
  * wrong key, tampered, another round's) is FM_ERR_FORMAT naming its sender;
  * fewer than t - 1 is FM_ERR_STATE; a value not finite or beyond
  * FM_AGG_MAX_ABS, or a weight outside 1..FM_AGG_MAX_WEIGHT, FM_ERR_ARG (the
- * aggregator's own bounds: the ring cannot wrap). */
+ * aggregator's own bounds: the ring cannot wrap). A refused call keeps none
+ * of its shares: the client can be given them again. */
 fm_status fm_sa_client_mask(fm_sa_client_t *c, const fm_sa_sealed_t *in, uint32_t k, const float *x, size_t d,
                             uint64_t weight, fm_u128 *out);
 /* Phase 3, once and after phase 2: told U3 (k numbers, its own among them),
