@@ -11,6 +11,7 @@
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 
+#include "fedmoe/args.h"
 #include "fedmoe/log.h"
 
 #define BLOCK 4096 /* uniforms drawn a call */
@@ -22,17 +23,7 @@ void fm_dp_spec_default(fm_dp_spec_t *s)
     s->mode = FM_DP_CENTRAL;
 }
 
-const char *fm_dp_mode_name(fm_dp_mode m) { return m == FM_DP_DISTRIBUTED ? "distributed" : "central"; }
-
-fm_status fm_dp_mode_parse(const char *flag, const char *name, fm_dp_mode *out)
-{
-    if (strcmp(name, "central") == 0 || strcmp(name, "distributed") == 0) {
-        *out = name[0] == 'd' ? FM_DP_DISTRIBUTED : FM_DP_CENTRAL;
-        return FM_OK;
-    }
-    fm_error_set("--%s: '%s' is not a mode (central or distributed)", flag, name);
-    return FM_ERR_ARG;
-}
+FM_ARG_ENUM_NAMES(fm_dp_mode, fm_dp_mode_name, fm_dp_mode_parse, "central", "distributed")
 
 fm_status fm_dp_noise_parse(const char *flag, const char *text, double *out)
 {
@@ -40,14 +31,10 @@ fm_status fm_dp_noise_parse(const char *flag, const char *text, double *out)
         *out = FM_DP_NOISE_AUTO;
         return FM_OK;
     }
-    char *end;
-    double v = strtod(text, &end);
-    if (end == text || *end || !(v >= 0.0 && v <= 1e6)) {
-        fm_error_set("--%s: '%s' is not auto or a number in 0..1e6", flag, text);
-        return FM_ERR_ARG;
-    }
-    *out = v;
-    return FM_OK;
+    if (fm_arg_double(flag, text, 0.0, 1e6, out) == FM_OK)
+        return FM_OK;
+    fm_error_set("%s: '%s' is not auto or a number in 0..1e6", flag, text);
+    return FM_ERR_ARG;
 }
 
 void fm_dp_noise_name(double noise, char *buf, size_t cap)
