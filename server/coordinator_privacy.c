@@ -44,15 +44,14 @@ uint64_t fm_coord_dp_clip(fm_coordinator_t *c, fm_participant_t *p, float *model
 {
     fm_exchange_t e = fm_exchange_of(&c->spec);
     double C = c->spec.dp.clip;
-    p->norm[0] = e.model ? fm_clip_to_norm(model, c->global, c->dims.nmodel, 0.0) : 0.0;
-    p->norm[1] = e.prompt ? fm_clip_to_norm(prompt, c->gprompt, c->dims.nprompt, 0.0) : 0.0;
+    p->norm[0] = e.model ? fm_distance(model, c->global, c->dims.nmodel) : 0.0;
+    p->norm[1] = e.prompt ? fm_distance(prompt, c->gprompt, c->dims.nprompt) : 0.0;
     double norm = sqrt(p->norm[0] * p->norm[0] + p->norm[1] * p->norm[1]);
     if (norm > C) { /* both groups scaled by one factor: the joint distance becomes C */
-        double f = C / norm;
         if (e.model)
-            fm_clip_to_norm(model, c->global, c->dims.nmodel, p->norm[0] * f);
+            fm_scale_toward(model, c->global, c->dims.nmodel, C / norm);
         if (e.prompt)
-            fm_clip_to_norm(prompt, c->gprompt, c->dims.nprompt, p->norm[1] * f);
+            fm_scale_toward(prompt, c->gprompt, c->dims.nprompt, C / norm);
         c->clipped++;
     }
     return 1;

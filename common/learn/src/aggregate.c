@@ -385,19 +385,27 @@ size_t fm_aggregator_size(const fm_aggregator_t *a) { return a->n; }
 uint64_t fm_aggregator_total_weight(const fm_aggregator_t *a) { return a->total; }
 int fm_aggregator_count(const fm_aggregator_t *a) { return a->count; }
 
-double fm_clip_to_norm(float *x, const float *ref, size_t n, double bound)
+double fm_distance(const float *x, const float *ref, size_t n)
 {
     double s = 0.0;
     for (size_t i = 0; i < n; i++) {
         double d = (double)x[i] - ref[i];
         s += d * d;
     }
-    double norm = sqrt(s);
-    if (bound > 0.0 && norm > bound) {
-        double f = bound / norm;
-        for (size_t i = 0; i < n; i++)
-            x[i] = (float)(ref[i] + ((double)x[i] - ref[i]) * f);
-    }
+    return sqrt(s);
+}
+
+void fm_scale_toward(float *x, const float *ref, size_t n, double f)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(ref[i] + ((double)x[i] - ref[i]) * f);
+}
+
+double fm_clip_to_norm(float *x, const float *ref, size_t n, double bound)
+{
+    double norm = fm_distance(x, ref, n);
+    if (bound > 0.0 && norm > bound)
+        fm_scale_toward(x, ref, n, bound / norm);
     return norm;
 }
 

@@ -114,6 +114,10 @@ int fm_aggregator_count(const fm_aggregator_t *a);
  * becomes ref + (x - ref) x bound / norm. bound <= 0: no bound. Returns the norm
  * before clipping (summed in index order in double: a function of x and ref). */
 double fm_clip_to_norm(float *x, const float *ref, size_t n, double bound);
+/* Its two steps: the L2 norm of x - ref (summed in index order in double),
+ * and x <- ref + (x - ref) x f. */
+double fm_distance(const float *x, const float *ref, size_t n);
+void fm_scale_toward(float *x, const float *ref, size_t n, double f);
 /* The lower median of v[0..n): its ceil(n/2)-th smallest value, which the
  * larger half cannot move (sorts v); 0 when n is 0. */
 double fm_lower_median(double *v, int n);
