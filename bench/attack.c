@@ -59,6 +59,6 @@ static void attack_apply(float *x, size_t n, uint32_t round)
  * the attack from the start */
 __attribute__((constructor)) static void attack_install(void)
 {
-    static const fm_session_upload_hook_t hook = {attack_received, attack_apply};
+    static const fm_session_upload_hook_t hook = {.received = attack_received, .upload = attack_apply};
     fm_session_set_upload_hook(&hook);
 }

@@ -82,6 +82,17 @@ static void send_hello(session_t *s)
     s->hello_unsent = !sent;
 }
 
+/* Forgets a secure-aggregation round (its keys, secrets and plain values). */
+static void sa_reset(session_t *s)
+{
+    fm_sa_client_destroy(&s->sa.sa);
+    if (s->sa.x)
+        memset(s->sa.x, 0, sizeof(float) * s->sa.nx);
+    free(s->sa.x);
+    s->sa.x = NULL;
+    s->sa.phase = 0;
+}
+
 /* Frees what training holds: model, trainer, scratch, the snapshot from before
  * the round and the Update kept as sent (all of it rebuilt or redone from the
  * state file when needed again). */
@@ -99,6 +110,7 @@ static void release_model(session_t *s)
 static void drop_run(session_t *s)
 {
     release_model(s);
+    sa_reset(s);
     s->spilled = false;
     if (s->have_data)
         fm_client_data_free(&s->data);
@@ -273,8 +285,33 @@ static fm_status start_round(session_t *s, int round)
 
 /* Evaluates (eval_sample examples of each split, or all when 0), then encodes
  * the round's Update into the job's result. */
+/* Under secure aggregation the trained values (model, then prompt) and the
+ * metrics wait in s->sa for the phases (work_done starts them); nothing is
+ * encoded yet. */
+static fm_status keep_for_masking(session_t *s, const fm_update_t *u, const fm_sa_setup_t *sa)
+{
+    fm_exchange_t e = fm_exchange_of(&s->spec);
+    sa_reset(s);
+    s->sa.nx = (e.model ? s->dims.nmodel : 0) + (e.prompt ? s->dims.nprompt : 0);
+    if (!(s->sa.x = malloc(sizeof(float) * (s->sa.nx ? s->sa.nx : 1))))
+        return FM_ERR_NOMEM;
+    if (e.model)
+        memcpy(s->sa.x, u->model, sizeof(float) * s->dims.nmodel);
+    if (e.prompt)
+        memcpy(s->sa.x + (e.model ? s->dims.nmodel : 0), u->prompt, sizeof(float) * s->dims.nprompt);
+    if (upload_hook && upload_hook->masking)
+        upload_hook->masking(s->sa.x, s->sa.nx, u->round, sa->weight);
+    s->sa.setup = *sa;
+    s->sa.round = u->round;
+    memcpy(s->sa.nonce, u->nonce, FM_NONCE_BYTES);
+    s->sa.metrics = u->metrics;
+    s->sa.train_samples = u->train_samples;
+    s->result.masking = true;
+    return FM_OK;
+}
+
 static fm_status upload(session_t *s, uint32_t round, const uint8_t *nonce, uint32_t eval_sample,
-                        const fm_train_stats_t *ts, double t0)
+                        const fm_sa_setup_t *sa, const fm_train_stats_t *ts, double t0)
 {
     fm_eval_t ev, vv = {0};
     fm_status st = fm_evaluate_sample(s->model, &s->data.test, eval_sample, &ev, on_progress, s);
@@ -297,7 +334,10 @@ static fm_status upload(session_t *s, uint32_t round, const uint8_t *nonce, uint
             upload_hook->upload(s->vec, s->dims.nmodel, round);
     }
     job_result_t *r = &s->result;
-    st = fm_exchange_encode_update(&s->spec, &s->dims, &u, &r->bytes, &r->len);
+    if (s->spec.secure_aggregation)
+        st = keep_for_masking(s, &u, sa);
+    else
+        st = fm_exchange_encode_update(&s->spec, &s->dims, &u, &r->bytes, &r->len);
     if (st != FM_OK)
         fm_warn("round %u: update not made: %s", round, fm_error_last());
     r->round = round;
@@ -333,12 +373,18 @@ static fm_status take_task(session_t *s, const Fedmoe__Task *t)
     uint8_t nonce[FM_NONCE_BYTES];
     memcpy(nonce, in.nonce, sizeof nonce);
     const uint32_t eval_sample = in.eval_sample;
+    const fm_sa_setup_t sa = in.sa;
     if (s->sent.bytes && in.round == s->sent.round && memcmp(nonce, s->sent.nonce, sizeof nonce) == 0) {
         /* the task of the update sent last, again (this client said hello again,
          * or its update was lost on the way): the same update again, not retrained */
         fm_exchange_task_free(&in);
         r->waiting = s->sent.waiting; /* (still waiting for its grant: say so again) */
         r->resend = !s->sent.waiting;
+        return FM_OK;
+    }
+    if (s->sa.x && in.round == s->sa.round && memcmp(nonce, s->sa.nonce, sizeof nonce) == 0) {
+        /* the task of the round being masked, again: its phases go on */
+        fm_exchange_task_free(&in);
         return FM_OK;
     }
     fm_status st = start_round(s, (int)in.round);
@@ -359,7 +405,7 @@ static fm_status take_task(session_t *s, const Fedmoe__Task *t)
     double t0 = fm_clock_seconds();
     st = fm_trainer_run(s->trainer, &s->data.train, &s->data.val, s->spec.local_epochs, &ts);
     if (st == FM_OK)
-        st = upload(s, t->round, nonce, eval_sample, &ts, t0);
+        st = upload(s, t->round, nonce, eval_sample, &sa, &ts, t0);
     if (st == FM_ERR_STATE && s->stop && *s->stop) {
         /* the state file keeps the last finished round; this one is trained
          * again from the state before it */
@@ -392,6 +438,207 @@ static void send_kept(session_t *s)
         fm_warn("round %u: update not sent: %s", s->sent.round, fm_error_last());
 }
 
+/* An Update to send (bytes, malloc'd, now the session's): kept as sent, so a
+ * repeated Task gets it again; with upload grants it waits for its Grant
+ * (announced now, then in every heartbeat). */
+static void keep_update(session_t *s, uint8_t *bytes, size_t len, uint32_t round, const uint8_t *nonce)
+{
+    free(s->sent.bytes);
+    s->sent.bytes = bytes;
+    s->sent.len = len;
+    s->sent.round = round;
+    memcpy(s->sent.nonce, nonce, FM_NONCE_BYTES);
+    s->sent.waiting = s->grants;
+    if (s->grants)
+        beat(s, true);
+    else
+        send_kept(s);
+}
+
+/* ---- secure aggregation (docs/secure-aggregation.md) ------------------------ */
+
+/* A phase of secure aggregation answered: the message, with this round's
+ * numbers, to the coordinator. */
+static void send_sa(session_t *s, Fedmoe__SecAgg *m, int phase)
+{
+    Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
+    m->round = s->sa.round;
+    m->phase = (uint32_t)phase;
+    m->nonce.data = s->sa.nonce;
+    m->nonce.len = FM_NONCE_BYTES;
+    env.body_case = FEDMOE__ENVELOPE__BODY_SECAGG;
+    env.secagg = m;
+    if (send_env(s, &env) != FM_OK)
+        fm_warn("round %u: secure aggregation's phase %d not sent: %s", s->sa.round, phase, fm_error_last());
+}
+
+/* The masking failed (a peer's share that does not open, keys that do not
+ * agree): this client's part in the round ends, said to the coordinator. */
+static void sa_fail(session_t *s, int phase)
+{
+    char why[400];
+    snprintf(why, sizeof why, "round %u: secure aggregation, phase %d: %s", s->sa.round, phase, fm_error_last());
+    reply_error(s, FM_WIRE_BAD_VALUE, why);
+    sa_reset(s);
+}
+
+/* Phase 0, after training: fresh keys for the round, advertised. */
+static void sa_advertise(session_t *s)
+{
+    const fm_sa_setup_t *a = &s->sa.setup;
+    if (upload_hook && upload_hook->phase)
+        upload_hook->phase(s->sa.round, 0);
+    if (fm_sa_client_new(&s->sa.sa, a->who, a->n, a->t, s->sa.round) != FM_OK) {
+        sa_fail(s, 0);
+        return;
+    }
+    fm_sa_keys_t k;
+    fm_sa_client_keys(s->sa.sa, &k);
+    Fedmoe__SecAggKeys pb = FEDMOE__SEC_AGG_KEYS__INIT, *list[1] = {&pb};
+    pb.who = k.who;
+    pb.c_pk = (ProtobufCBinaryData){FM_X25519_BYTES, k.c_pk};
+    pb.s_pk = (ProtobufCBinaryData){FM_X25519_BYTES, k.s_pk};
+    pb.b_commit = (ProtobufCBinaryData){sizeof k.b_commit, k.b_commit};
+    Fedmoe__SecAgg m = FEDMOE__SEC_AGG__INIT;
+    m.keys = list;
+    m.n_keys = 1;
+    s->sa.phase = 1;
+    send_sa(s, &m, 0);
+}
+
+/* Phase 1: U1's keys in, this client's sealed shares for each of them out. */
+static fm_status sa_share(session_t *s, const Fedmoe__SecAgg *m)
+{
+    uint32_t k = (uint32_t)m->n_keys;
+    fm_sa_keys_t *u1 = calloc(k ? k : 1, sizeof *u1);
+    fm_sa_sealed_t *out = calloc(k ? k : 1, sizeof *out);
+    Fedmoe__SecAggSealed *pb = calloc(k ? k : 1, sizeof *pb);
+    Fedmoe__SecAggSealed **list = calloc(k ? k : 1, sizeof *list);
+    fm_status st = u1 && out && pb && list ? FM_OK : FM_ERR_NOMEM;
+    for (uint32_t i = 0; st == FM_OK && i < k; i++) {
+        const Fedmoe__SecAggKeys *q = m->keys[i];
+        if (q->c_pk.len != FM_X25519_BYTES || q->s_pk.len != FM_X25519_BYTES || q->b_commit.len != 32) {
+            fm_error_set("keys of client %u are not 32 bytes each", q->who);
+            st = FM_ERR_FORMAT;
+            break;
+        }
+        u1[i].who = q->who;
+        memcpy(u1[i].c_pk, q->c_pk.data, FM_X25519_BYTES);
+        memcpy(u1[i].s_pk, q->s_pk.data, FM_X25519_BYTES);
+        memcpy(u1[i].b_commit, q->b_commit.data, 32);
+    }
+    if (st == FM_OK)
+        st = fm_sa_client_share(s->sa.sa, u1, k, out);
+    if (st == FM_OK) {
+        for (uint32_t i = 0; i + 1 < k; i++) {
+            fedmoe__sec_agg_sealed__init(&pb[i]);
+            pb[i].from = out[i].from;
+            pb[i].to = out[i].to;
+            pb[i].sealed = (ProtobufCBinaryData){FM_SA_SEALED_BYTES + FM_GCM_TAG_BYTES, out[i].sealed};
+            list[i] = &pb[i];
+        }
+        Fedmoe__SecAgg a = FEDMOE__SEC_AGG__INIT;
+        a.sealed = list;
+        a.n_sealed = k - 1;
+        send_sa(s, &a, 1);
+    }
+    free(u1);
+    free(out);
+    free(pb);
+    free(list);
+    return st;
+}
+
+/* Phase 2: the shares sealed for this client in, its Update with the masked
+ * input out (kept, and sent when granted, as any Update). */
+static fm_status sa_mask(session_t *s, const Fedmoe__SecAgg *m)
+{
+    uint32_t k = (uint32_t)m->n_sealed;
+    fm_sa_sealed_t *in = calloc(k ? k : 1, sizeof *in);
+    fm_u128 *y = malloc(sizeof *y * (s->sa.nx + 1));
+    fm_status st = in && y ? FM_OK : FM_ERR_NOMEM;
+    for (uint32_t i = 0; st == FM_OK && i < k; i++) {
+        const Fedmoe__SecAggSealed *q = m->sealed[i];
+        if (q->sealed.len != FM_SA_SEALED_BYTES + FM_GCM_TAG_BYTES) {
+            fm_error_set("the shares of client %u are not %d bytes", q->from, FM_SA_SEALED_BYTES + FM_GCM_TAG_BYTES);
+            st = FM_ERR_FORMAT;
+            break;
+        }
+        in[i].from = q->from;
+        in[i].to = q->to;
+        memcpy(in[i].sealed, q->sealed.data, FM_SA_SEALED_BYTES);
+        memcpy(in[i].tag, q->sealed.data + FM_SA_SEALED_BYTES, FM_GCM_TAG_BYTES);
+    }
+    if (st == FM_OK)
+        st = fm_sa_client_mask(s->sa.sa, in, k, s->sa.x, s->sa.nx, s->sa.setup.weight, y);
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    if (st == FM_OK) {
+        fm_update_t u = {.round = s->sa.round, .train_samples = s->sa.train_samples, .metrics = s->sa.metrics,
+                         .masked = y, .nmasked = s->sa.nx + 1};
+        memcpy(u.nonce, s->sa.nonce, FM_NONCE_BYTES);
+        st = fm_exchange_encode_update(&s->spec, &s->dims, &u, &bytes, &len);
+    }
+    if (st == FM_OK) {
+        memset(s->sa.x, 0, sizeof(float) * s->sa.nx); /* (masked: the plain values are not needed again) */
+        keep_update(s, bytes, len, s->sa.round, s->sa.nonce);
+    }
+    free(in);
+    free(y);
+    return st;
+}
+
+/* Phase 3: U3 in, this client's shares out; the round's secrets then go. */
+static fm_status sa_unmask(session_t *s, const Fedmoe__SecAgg *m)
+{
+    uint32_t k = (uint32_t)m->n_survivors, n = 0;
+    fm_sa_share_t *out = calloc(s->sa.setup.n, sizeof *out);
+    Fedmoe__SecAggShare *pb = calloc(s->sa.setup.n, sizeof *pb);
+    Fedmoe__SecAggShare **list = calloc(s->sa.setup.n, sizeof *list);
+    fm_status st = out && pb && list ? fm_sa_client_unmask(s->sa.sa, m->survivors, k, out, &n) : FM_ERR_NOMEM;
+    if (st == FM_OK) {
+        for (uint32_t i = 0; i < n; i++) {
+            fedmoe__sec_agg_share__init(&pb[i]);
+            pb[i].owner = out[i].owner;
+            pb[i].kind = out[i].kind;
+            pb[i].y = (ProtobufCBinaryData){FM_SHAMIR_Y_BYTES, out[i].y};
+            list[i] = &pb[i];
+        }
+        Fedmoe__SecAgg a = FEDMOE__SEC_AGG__INIT;
+        a.shares = list;
+        a.n_shares = n;
+        send_sa(s, &a, 3);
+    }
+    if (out)
+        memset(out, 0, sizeof *out * s->sa.setup.n);
+    free(out);
+    free(pb);
+    free(list);
+    return st;
+}
+
+static void handle_secagg(session_t *s, const Fedmoe__SecAgg *m)
+{
+    int phase = (int)m->phase;
+    if (!s->sa.sa || m->round != s->sa.round || m->nonce.len != FM_NONCE_BYTES ||
+        memcmp(m->nonce.data, s->sa.nonce, FM_NONCE_BYTES) != 0 || phase != s->sa.phase) {
+        fm_debug("secure aggregation: phase %d of round %u is not the one this client is at (ignored)", phase,
+                 m->round);
+        return;
+    }
+    if (upload_hook && upload_hook->phase)
+        upload_hook->phase(s->sa.round, phase);
+    fm_status st = phase == 1 ? sa_share(s, m) : phase == 2 ? sa_mask(s, m) : sa_unmask(s, m);
+    if (st != FM_OK) {
+        sa_fail(s, phase);
+        return;
+    }
+    if (phase == 3)
+        sa_reset(s); /* (the round's part is done) */
+    else
+        s->sa.phase = phase + 1;
+}
+
 fm_status fm_session_work_done(fm_session_t *s, double now)
 {
     s->now = now;
@@ -422,19 +669,11 @@ fm_status fm_session_work_done(fm_session_t *s, double now)
         s->task_round = round;
         beat(s, true);
     }
-    if (r->bytes) { /* with upload grants the Update waits for its Grant (announced now, then in every heartbeat) */
-        free(s->sent.bytes);
-        s->sent.bytes = r->bytes;
-        s->sent.len = r->len;
-        s->sent.round = r->round;
-        memcpy(s->sent.nonce, r->nonce, FM_NONCE_BYTES);
-        s->sent.waiting = s->grants;
-        if (s->grants)
-            beat(s, true);
-        else
-            send_kept(s);
-    }
+    if (r->bytes)
+        keep_update(s, r->bytes, r->len, r->round, r->nonce);
     r->bytes = NULL;
+    if (r->masking)
+        sa_advertise(s);
     if (r->trained && s->ops.saw_round)
         s->ops.saw_round(s->ops.user, s->run_id, (int)round);
     if (r->trained)
@@ -503,6 +742,7 @@ fm_status fm_session_handle(fm_session_t *s, const uint8_t *msg, size_t len, dou
         handle_task(s, env);
         return FM_OK; /* (the job owns env) */
     case FEDMOE__ENVELOPE__BODY_GRANT: handle_grant(s, env->grant); break;
+    case FEDMOE__ENVELOPE__BODY_SECAGG: handle_secagg(s, env->secagg); break;
     case FEDMOE__ENVELOPE__BODY_SHUTDOWN:
         if (env->shutdown->resumable && s->run_id[0]) {
             /* (a restart, an upgrade): ZeroMQ reconnects, and the heartbeat

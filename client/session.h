@@ -91,11 +91,17 @@ fm_status fm_session_work_done(fm_session_t *s, double now);
 
 /* A hook on the model vector a client uploads: received() sees the state each
  * Task sent, upload() may rewrite the trained vector before it is sent. Only
- * the robust-aggregation benchmark's attacker sets one (bench/attack.c, at
- * load time); fedmoe-client never does. NULL (the default) or h to keep. */
+ * the robust-aggregation benchmark's attacker (bench/attack.c) and the
+ * secure-aggregation tests' client (tests/secagg_client.c) set one, at load
+ * time; fedmoe-client never does. NULL (the default) or h to keep. */
 typedef struct {
     void (*received)(const float *g, size_t n);
     void (*upload)(float *x, size_t n, uint32_t round);
+    /* secure aggregation: the values about to be masked (model then prompt)
+     * and their weight; and each phase (0-3) about to be answered (the
+     * dropout tests' client leaves there) */
+    void (*masking)(const float *x, size_t n, uint32_t round, uint64_t weight);
+    void (*phase)(uint32_t round, int phase);
 } fm_session_upload_hook_t;
 void fm_session_set_upload_hook(const fm_session_upload_hook_t *h);
 

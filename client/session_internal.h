@@ -11,6 +11,7 @@
 #include "fedmoe/clientdata.h"
 #include "fedmoe/exchange.h"
 #include "fedmoe/rng.h"
+#include "fedmoe/secagg.h"
 #include "fedmoe/runspec.h"
 #include "fedmoe/train.h"
 #include "fedmoe/wire.h"
@@ -35,6 +36,7 @@ typedef struct {
     uint32_t round;
     uint8_t nonce[FM_NONCE_BYTES];
     bool trained;           /* a round was trained (the state file written) */
+    bool masking;           /* secure aggregation: the trained values wait in s->sa for the phases */
     bool abandoned;         /* stopped mid-round: the state as before it, the Task not held */
 } job_result_t;
 
@@ -74,6 +76,17 @@ struct fm_session {
         uint8_t nonce[FM_NONCE_BYTES];
         bool waiting;       /* not sent yet: waiting for its Grant */
     } sent;
+    struct {                /* secure aggregation of the round trained last (session.c; sa NULL: none) */
+        fm_sa_client_t *sa;
+        fm_sa_setup_t setup;
+        uint32_t round;
+        uint8_t nonce[FM_NONCE_BYTES];
+        int phase;          /* the phase it answers next (1 share, 2 masked input, 3 unmask) */
+        float *x;           /* the trained values, model then prompt: masked, never sent plain */
+        size_t nx;
+        fm_metrics_t metrics;
+        uint64_t train_samples;
+    } sa;
     bool grants;            /* the coordinator grants uploads (its Welcome said so) */
     bool spilled;           /* model and trainer freed between rounds: rebuilt from the state file */
     bool loaded;            /* the state file was read since the welcome */

@@ -314,6 +314,16 @@ static uint64_t clip(fm_coordinator_t *c, fm_participant_t *p, const char *id, f
     return fm_registry_at(c->reg, p->slot)->weight;
 }
 
+/* p's Update refused with code (the reason in fm_error_last()): its part in the round ends. */
+static void refuse_update(fm_coordinator_t *c, fm_participant_t *p, const char *id, fm_wire_code code)
+{
+    char why[320];
+    snprintf(why, sizeof why, "%s (its part in round %d ends)", fm_error_last(), c->round.number);
+    fm_round_refuse(&c->round, p);
+    snprintf(p->row.status, sizeof p->row.status, "%s", fm_part_state_name(p->state));
+    fm_coord_send_error(c, id, code, why);
+}
+
 static void handle_update(fm_coordinator_t *c, const char *id, int slot, const Fedmoe__Update *u, size_t bytes)
 {
     fm_participant_t *p = update_target(c, id, slot, u);
@@ -327,6 +337,16 @@ static void handle_update(fm_coordinator_t *c, const char *id, int slot, const F
     const fm_split_sizes_t declared = {cl->train_samples, cl->val_samples, cl->test_samples};
     const fm_split_sizes_t expect =
         fm_exchange_evaluated(&declared, fm_run_eval_sample(&c->spec, c->round.number, c->cfg.rounds));
+    if (c->sa) { /* (secure aggregation: the masked input is added to the sum, nothing else kept) */
+        if (fm_coord_sa_masked(c, p, u, &expect, &m, &code) == FM_OK) {
+            fm_round_complete(&c->round, p, NULL);
+            fill_row(&p->row, &m, cl->weight, bytes);
+            c->bytes_up += (int64_t)bytes;
+        } else {
+            refuse_update(c, p, id, code);
+        }
+        return;
+    }
     float *prompt = e.prompt ? malloc(sizeof(float) * c->dims.nprompt) : NULL;
     /* validate everything before changing anything */
     if (e.prompt && !prompt) {
@@ -340,12 +360,8 @@ static void handle_update(fm_coordinator_t *c, const char *id, int slot, const F
         code = FM_WIRE_BAD_TENSOR;
     }
     if (code != FM_WIRE_OK) {
-        char why[320];
-        snprintf(why, sizeof why, "%s (its part in round %d ends)", fm_error_last(), c->round.number);
         free(prompt);
-        fm_round_refuse(&c->round, p);
-        snprintf(p->row.status, sizeof p->row.status, "%s", fm_part_state_name(p->state));
-        fm_coord_send_error(c, id, code, why);
+        refuse_update(c, p, id, code);
         return;
     }
     uint64_t weight = fm_dp_on(&c->spec.dp) ? fm_coord_dp_clip(c, p, c->scratch, prompt) : clip(c, p, id, prompt);
@@ -438,6 +454,12 @@ fm_status fm_coordinator_handle(fm_coordinator_t *c, const char *id, const uint8
         else
             check_progress(c, slot, env->heartbeat);
         break;
+    case FEDMOE__ENVELOPE__BODY_SECAGG:
+        if (!known)
+            fm_coord_send_error(c, id, FM_WIRE_UNKNOWN_CLIENT, "secure-aggregation message before hello");
+        else
+            fm_coord_sa_handle(c, id, slot, env->secagg);
+        break;
     case FEDMOE__ENVELOPE__BODY_ERROR:
         if (fm_budget_take(c->budget, id, FM_BUDGET_REPORT, now) &&
             fm_log_limit_take(&c->reports, now, WARNINGS_PER_SECOND, "error reports"))
@@ -446,7 +468,7 @@ fm_status fm_coordinator_handle(fm_coordinator_t *c, const char *id, const uint8
             participant_failed(c, slot);
         break;
     default: /* (a body a newer client may send: refused, not counted against its key) */
-        fm_coord_send_error(c, id, FM_WIRE_MALFORMED, "a coordinator takes hello, update, heartbeat and error messages");
+        fm_coord_send_error(c, id, FM_WIRE_MALFORMED, "a coordinator takes hello, update, heartbeat, secagg and error messages");
         break;
     }
     fm_wire_free(env);

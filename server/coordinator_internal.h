@@ -35,6 +35,7 @@ struct fm_coordinator {
     fm_fanout_t grants;         /* and of its uploads (upload grants) */
     int *nearest, *nearest_found; /* the open round's K nearest pool prompts of each participant */
     fm_aggregator_t *agg_model, *agg_prompt;
+    struct fm_coord_sa *sa;       /* the open round's secure aggregation (coordinator_secagg.c), or NULL */
     double clip[2];               /* this round's bound on update distances (model, prompt); 0: none */
     double sampled[2];            /* --clip-norm auto before a bound was learned: the bound the round's
                                    * first FM_CLIP_SAMPLE updates set (0: not yet) */
@@ -90,6 +91,21 @@ uint64_t fm_coord_dp_clip(fm_coordinator_t *c, fm_participant_t *p, float *model
 fm_status fm_coord_dp_pad(fm_coordinator_t *c);
 fm_status fm_coord_dp_noise(fm_coordinator_t *c);
 double fm_coord_dp_epsilon(const fm_coordinator_t *c, int rounds);
+/* Secure aggregation (coordinator_secagg.c; --secure-aggregation): open
+ * after the round opened (nothing without the flag), close when it ends;
+ * setup is p's place in it for its Task; handle takes a client's SecAgg
+ * message (keys, sealed shares, unmasking shares); masked reads and adds a
+ * masked Update (keeping nothing else of it; FM_ERR_FORMAT with *code when
+ * refused); decide drives the phases in place of fm_round_decide (logging
+ * its EXTEND and ABANDON). */
+typedef struct fm_coord_sa fm_coord_sa_t;
+fm_status fm_coord_sa_open(fm_coordinator_t *c);
+void fm_coord_sa_close(fm_coordinator_t *c);
+fm_sa_setup_t fm_coord_sa_setup(const fm_coordinator_t *c, const fm_participant_t *p);
+void fm_coord_sa_handle(fm_coordinator_t *c, const char *id, int slot, const Fedmoe__SecAgg *m);
+fm_status fm_coord_sa_masked(fm_coordinator_t *c, fm_participant_t *p, const Fedmoe__Update *u,
+                             const fm_split_sizes_t *expect, fm_metrics_t *m, fm_wire_code *code);
+fm_round_verdict fm_coord_sa_decide(fm_coordinator_t *c, double now);
 /* --clip-norm auto, group g (0 model, 1 prompt): FM_CLIP_AUTO_FACTOR x the
  * lower median of this round's accepted distances so far; false (out
  * untouched) with fewer than two (coordinator_rounds.c). */

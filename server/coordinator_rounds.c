@@ -10,6 +10,7 @@
 #include "fedmoe/clock.h"
 #include "fedmoe/log.h"
 #include "fedmoe/rng.h"
+#include "fedmoe/secagg.h"
 
 #define WAITING_LOG_S 10.0
 #define BENCH_AFTER 2 /* failed rounds in a row before a client sits out rounds */
@@ -90,6 +91,8 @@ static fm_status try_open_round(fm_coordinator_t *c, double now)
         fm_rng_shuffle(&r, cand, (size_t)ready);
         int want = (int)ceil(c->cfg.fraction * ready);
         want = want < c->cfg.min_clients ? c->cfg.min_clients : want > ready ? ready : want;
+        if (c->spec.secure_aggregation && want > FM_SA_MAX_CLIENTS)
+            want = FM_SA_MAX_CLIENTS; /* (secure aggregation's most) */
         for (int s = 0; s < want; s++)
             chosen[cand[s]] = true;
         k = 0;
@@ -123,6 +126,8 @@ static fm_status try_open_round(fm_coordinator_t *c, double now)
         }
         if (st == FM_OK)
             st = fm_round_open(&c->round, slots, ids, want, now);
+        if (st == FM_OK)
+            st = fm_coord_sa_open(c);
         for (int i = 0; st == FM_OK && i < c->round.nparts; i++)
             if (RAND_bytes(c->round.parts[i].nonce, (int)sizeof c->round.parts[i].nonce) != 1) {
                 fm_error_set("round %d: no random bytes for the task nonces", round);
@@ -364,11 +369,13 @@ static fm_status commit_round(fm_coordinator_t *c, double now)
 static fm_status decide(fm_coordinator_t *c, double now)
 {
     int awaited = fm_round_count(&c->round, FM_PART_AWAITED);
-    fm_round_verdict v = fm_round_decide(&c->round, now, c->cfg.min_clients);
+    fm_round_verdict v = c->sa ? fm_coord_sa_decide(c, now) : fm_round_decide(&c->round, now, c->cfg.min_clients);
     int done = fm_round_count(&c->round, FM_PART_COMPLETED), n = c->round.nparts, k = c->round.number;
     switch (v) {
     case FM_VERDICT_WAIT: return FM_OK;
     case FM_VERDICT_EXTEND:
+        if (c->sa)
+            return FM_OK; /* (said) */
         fm_warn("round %d: %d of %d updates by the deadline, the quorum is %d; %d clients still training: "
                 "waiting another %.0f s (extension %d of %d)",
                 k, done, n, c->cfg.min_clients, awaited, c->cfg.round_timeout, c->round.extensions,
@@ -383,17 +390,20 @@ static fm_status decide(fm_coordinator_t *c, double now)
                     c->round.parts[i].row.client_id, c->round.extensions ? " and its extensions" : "");
     count_failures(c, now);
     if (v == FM_VERDICT_ABANDON) {
-        fm_warn("round %d: %d of %d updates, short of the quorum of %d: running the round again when enough "
-                "clients are ready",
-                k, done, n, c->cfg.min_clients);
+        if (!c->sa) /* (secure aggregation said why) */
+            fm_warn("round %d: %d of %d updates, short of the quorum of %d: running the round again when enough "
+                    "clients are ready",
+                    k, done, n, c->cfg.min_clients);
         fm_round_close(&c->round, false);
         fm_coord_end_tasks(c);
+        fm_coord_sa_close(c);
         return FM_OK;
     }
     fm_status st = commit_round(c, now);
     if (st == FM_OK)
         fm_round_close(&c->round, true);
     fm_coord_end_tasks(c);
+    fm_coord_sa_close(c);
     return st;
 }
 

@@ -111,6 +111,7 @@ static void send_task(fm_coordinator_t *c, fm_participant_t *p)
     for (int j = 0; j < t.k && j < 64; j++)
         nl[j] = fm_registry_at(c->reg, c->nearest[(size_t)q * k + j])->prompt;
     memcpy(t.nonce, p->nonce, FM_NONCE_BYTES);
+    t.sa = fm_coord_sa_setup(c, p);
     uint8_t *own;
     size_t len, head;
     if (fm_exchange_encode_task_own(&c->spec, &c->dims, &t, fm_blob_len(c->task_shared), &own, &len, &head) !=

@@ -240,10 +240,14 @@ fm_status fm_coordinator_new(fm_coordinator_t **out, const fm_server_config_t *c
     fm_aggregator_set_rule(c->agg_model, &c->spec.aggregate);
     fm_aggregator_set_rule(c->agg_prompt, &c->spec.aggregate);
     c->clip[0] = c->clip[1] = c->spec.clip_norm > 0.0 ? c->spec.clip_norm : 0.0;
-    c->max_message = cfg->max_message ? cfg->max_message : 2 * 4 * (c->dims.nmodel + c->dims.nprompt) + (1u << 20);
+    /* a masked Update (secure aggregation) is 16 bytes a value */
+    size_t masked = c->spec.secure_aggregation ? 16 * fm_exchange_masked_size(&c->spec, &c->dims) : 0;
+    size_t plain = 2 * 4 * (c->dims.nmodel + c->dims.nprompt);
+    c->max_message = cfg->max_message ? cfg->max_message : (plain > masked ? plain : masked) + (1u << 20);
     /* the largest message of the run: a Task (the model, the global prompt and
      * K nearest prompts) or an Update, with room for its fields */
     size_t need = 4 * (c->dims.nmodel + c->dims.nprompt * (2 + (size_t)c->dims.max_nonlocal)) + (64u << 10);
+    need = need > masked + (64u << 10) ? need : masked + (64u << 10);
     if (c->max_message < need) {
         fm_error_set("--max-message %zu is smaller than this run's messages (up to %zu bytes with this model): "
                      "every Task and Update would be refused; give at least %zu, or leave it out",
@@ -268,6 +272,7 @@ void fm_coordinator_destroy(fm_coordinator_t **cp)
         return;
     fm_coord_end_tasks(c);
     fm_round_free(&c->round);
+    fm_coord_sa_close(c);
     fm_registry_destroy(&c->reg);
     fm_budget_free(&c->budget);
     free(c->global);

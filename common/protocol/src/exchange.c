@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "fedmoe/log.h"
+#include "fedmoe/secagg.h"
 
 fm_exchange_t fm_exchange_of(const fm_run_spec_t *s)
 {
@@ -36,6 +37,7 @@ fm_exchange_dims_t fm_exchange_dims(const fm_run_spec_t *s, size_t nmodel)
  * as a Task message of their own; ok false when out of memory. */
 typedef struct {
     Fedmoe__Task task;
+    Fedmoe__SecAggSetup sa;
     Fedmoe__Tensor model, prompt, nl[64];
     Fedmoe__Tensor *model_list[1], *nl_list[64];
     int built;
@@ -53,6 +55,14 @@ static void task_part_build(task_part_t *p, const fm_run_spec_t *s, const fm_exc
         int k = e.pool ? (t->k < 64 ? t->k : 64) : 0;
         p->task.nonce.data = (uint8_t *)t->nonce;
         p->task.nonce.len = FM_NONCE_BYTES;
+        if (s->secure_aggregation) {
+            fedmoe__sec_agg_setup__init(&p->sa);
+            p->sa.who = t->sa.who;
+            p->sa.n = t->sa.n;
+            p->sa.t = t->sa.t;
+            p->sa.weight = t->sa.weight;
+            p->task.secagg = &p->sa;
+        }
         for (; p->built < k; p->built++) {
             p->ok &= fm_wire_tensor_set(&p->nl[p->built], "nonlocal", t->nonlocal[p->built], d->prompt_rows,
                                         d->prompt_cols) == FM_OK;
@@ -181,6 +191,16 @@ fm_status fm_exchange_read_task(const fm_run_spec_t *s, const fm_exchange_dims_t
         return refuse(code, FM_WIRE_MALFORMED);
     }
     memcpy(out->nonce, t->nonce.data, FM_NONCE_BYTES);
+    if (s->secure_aggregation) {
+        const Fedmoe__SecAggSetup *a = t->secagg;
+        if (!a || a->who < 1 || a->who > a->n || a->n > FM_SA_MAX_CLIENTS || 2 * a->t <= a->n || a->t > a->n ||
+            a->weight < 1 || a->weight > FM_AGG_MAX_WEIGHT) {
+            fm_error_set("task of a secure-aggregation run without a usable place in it (number, clients, "
+                         "threshold, weight)");
+            return refuse(code, FM_WIRE_BAD_VALUE);
+        }
+        out->sa = (fm_sa_setup_t){a->who, a->n, a->t, a->weight};
+    }
     if (e.model && t->n_model != 1) {
         fm_error_set("task without its model tensor");
         return refuse(code, FM_WIRE_BAD_TENSOR);
@@ -238,6 +258,16 @@ fm_status fm_exchange_encode_update(const fm_run_spec_t *s, const fm_exchange_di
     m.seconds = mm->seconds;
     up.metrics = &m;
     bool ok = true;
+    uint8_t *masked = NULL;
+    if (u->masked) { /* (instead of the tensors) */
+        e.model = e.prompt = false;
+        ok = (masked = malloc(16 * u->nmasked + 1)) != NULL;
+        for (size_t i = 0; ok && i < u->nmasked; i++)
+            for (int b = 0; b < 16; b++)
+                masked[16 * i + (size_t)b] = (uint8_t)(u->masked[i] >> (8 * b));
+        up.masked.data = masked;
+        up.masked.len = ok ? 16 * u->nmasked : 0;
+    }
     if (e.model) {
         ok &= fm_wire_tensor_set(&model_t, "model", u->model, 1, (uint32_t)d->nmodel) == FM_OK;
         list[0] = &model_t;
@@ -255,6 +285,7 @@ fm_status fm_exchange_encode_update(const fm_run_spec_t *s, const fm_exchange_di
         fm_wire_tensor_clear(&model_t);
     if (e.prompt)
         fm_wire_tensor_clear(&prompt_t);
+    free(masked);
     if (st != FM_OK)
         fm_error_set("out of memory building an update");
     return st;
@@ -279,11 +310,10 @@ fm_split_sizes_t fm_exchange_evaluated(const fm_split_sizes_t *declared, uint32_
     return e;
 }
 
-fm_status fm_exchange_read_update(const fm_run_spec_t *s, const fm_exchange_dims_t *d, const Fedmoe__Update *u,
-                                  const fm_split_sizes_t *expect, float *model, float *prompt, fm_metrics_t *out,
-                                  fm_wire_code *code)
+/* An Update's metrics and counts, checked, into out. */
+static fm_status read_metrics(const fm_run_spec_t *s, const Fedmoe__Update *u, const fm_split_sizes_t *expect,
+                              fm_metrics_t *out, fm_wire_code *code)
 {
-    fm_exchange_t e = fm_exchange_of(s);
     const Fedmoe__Metrics *m = u->metrics;
     if (!metrics_ok(m)) {
         fm_error_set("metrics missing or out of range");
@@ -304,6 +334,23 @@ fm_status fm_exchange_read_update(const fm_run_spec_t *s, const fm_exchange_dims
                      (unsigned long long)m->test_correct, (unsigned long long)m->test_samples);
         return refuse(code, FM_WIRE_BAD_VALUE);
     }
+    *out = (fm_metrics_t){
+        .train_loss = m->train_loss, .val_loss = m->val_loss, .test_loss = m->test_loss,
+        .test_accuracy = m->test_accuracy, .generalist_share = m->generalist_share,
+        .test_samples = m->test_samples, .test_correct = m->test_correct, .val_samples = m->val_samples,
+        .val_correct = m->val_correct, .seconds = m->seconds,
+    };
+    return FM_OK;
+}
+
+fm_status fm_exchange_read_update(const fm_run_spec_t *s, const fm_exchange_dims_t *d, const Fedmoe__Update *u,
+                                  const fm_split_sizes_t *expect, float *model, float *prompt, fm_metrics_t *out,
+                                  fm_wire_code *code)
+{
+    fm_exchange_t e = fm_exchange_of(s);
+    fm_metrics_t m;
+    if (read_metrics(s, u, expect, &m, code) != FM_OK)
+        return FM_ERR_FORMAT;
     if (e.model && u->n_model != 1) {
         fm_error_set("model: expected one tensor");
         return refuse(code, FM_WIRE_BAD_TENSOR);
@@ -312,11 +359,35 @@ fm_status fm_exchange_read_update(const fm_run_spec_t *s, const fm_exchange_dims
         return refuse_tensor(code, "model", fm_wire_last_code());
     if (e.prompt && fm_wire_tensor_get(u->prompt, "prompt", d->prompt_rows, d->prompt_cols, prompt) != FM_OK)
         return refuse_tensor(code, "prompt", FM_WIRE_BAD_TENSOR);
-    *out = (fm_metrics_t){
-        .train_loss = m->train_loss, .val_loss = m->val_loss, .test_loss = m->test_loss,
-        .test_accuracy = m->test_accuracy, .generalist_share = m->generalist_share,
-        .test_samples = m->test_samples, .test_correct = m->test_correct, .val_samples = m->val_samples,
-        .val_correct = m->val_correct, .seconds = m->seconds,
-    };
+    *out = m;
+    return FM_OK;
+}
+
+size_t fm_exchange_masked_size(const fm_run_spec_t *s, const fm_exchange_dims_t *d)
+{
+    fm_exchange_t e = fm_exchange_of(s);
+    return (e.model ? d->nmodel : 0) + (e.prompt ? d->nprompt : 0) + 1;
+}
+
+fm_status fm_exchange_read_masked(const fm_run_spec_t *s, const fm_exchange_dims_t *d, const Fedmoe__Update *u,
+                                  const fm_split_sizes_t *expect, unsigned __int128 *masked, fm_metrics_t *out,
+                                  fm_wire_code *code)
+{
+    fm_metrics_t m;
+    if (read_metrics(s, u, expect, &m, code) != FM_OK)
+        return FM_ERR_FORMAT;
+    size_t n = fm_exchange_masked_size(s, d);
+    if (u->n_model || u->prompt || u->masked.len != 16 * n) {
+        fm_error_set("a secure-aggregation update carries its masked input alone (%zu bytes), not %zu bytes%s", 16 * n,
+                     u->masked.len, u->n_model || u->prompt ? " and tensors" : "");
+        return refuse(code, FM_WIRE_BAD_TENSOR);
+    }
+    for (size_t i = 0; i < n; i++) {
+        unsigned __int128 v = 0;
+        for (int b = 15; b >= 0; b--)
+            v = v << 8 | u->masked.data[16 * i + (size_t)b];
+        masked[i] = v;
+    }
+    *out = m;
     return FM_OK;
 }

@@ -84,6 +84,7 @@ void fm_run_spec_welcome(const fm_run_spec_t *s, const char *run_id, int32_t par
     w->welcome.partition_index = partition;
     w->welcome.round = round;
     w->welcome.strategy = (char *)fm_strategy_name(s->strategy);
+    w->welcome.secure_aggregation = s->secure_aggregation;
 }
 
 fm_status fm_run_spec_from_welcome(fm_run_spec_t *s, const Fedmoe__Welcome *w, int specialists)
@@ -96,6 +97,7 @@ fm_status fm_run_spec_from_welcome(fm_run_spec_t *s, const Fedmoe__Welcome *w, i
     if (fm_strategy_parse("strategy", w->strategy, &s->strategy) != FM_OK)
         return FM_ERR_FORMAT;
     s->seed = w->seed;
+    s->secure_aggregation = w->secure_aggregation;
     const Fedmoe__ModelSpec *m = w->model;
     const Fedmoe__TrainSpec *t = w->train;
     const Fedmoe__DataSpec *d = w->data;

@@ -67,7 +67,7 @@ fm_status fm_dp_spec_check(const fm_dp_spec_t *s)
     else if (!fm_dp_on(s) && s->budget > 0.0)
         why = "--dp-epsilon-budget needs --dp-noise (without noise no epsilon is spent, or bounded)";
     else if (fm_dp_on(s) && s->mode == FM_DP_DISTRIBUTED)
-        why = "--dp-mode distributed needs secure aggregation, which this build does not have yet: "
+        why = "--dp-mode distributed (clients adding the noise under --secure-aggregation) is not built yet: "
               "use --dp-mode central";
     if (why) {
         fm_error_set("%s", why);

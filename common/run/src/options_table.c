@@ -464,6 +464,11 @@ static const fm_option_t table[] = {
      "bound each update's L2 distance from the state it was\n"
      "sent: a number, off, or auto (2x the lower median distance\n"
      "of the previous round's updates; in round 1, of its own)"},
+    {"secure-aggregation", 0, FM_OPT_SWITCH, NULL, 0, 0, S | M, SPEC, R(secure_aggregation), NULL, NULL, NULL,
+     FM_OPT_G_RUN,
+     "updates travel masked (Bonawitz et al.): the coordinator\n"
+     "learns only their sum, whoever drops (fedavg, comigs;\n"
+     "mean; no --clip-norm, no --dp-noise)"},
     {"dp-noise", 0, FM_OPT_CUSTOM, "Z", 0, 0, S | M, 0, 0, 0, set_dp_noise, show_dp_noise, NULL, FM_OPT_G_RUN,
      "client-level differential privacy: Gaussian noise of\n"
      "standard deviation Z x C on the sum of the updates, each\n"
@@ -478,7 +483,7 @@ static const fm_option_t table[] = {
      "the delta of the (epsilon, delta) the round log reports"},
     {"dp-mode", 0, FM_OPT_CUSTOM, "M", 0, 0, S | M, 0, 0, 0, set_dp_mode, show_dp_mode, NULL, FM_OPT_G_RUN,
      "central (the coordinator adds the noise); distributed\n"
-     "needs secure aggregation, not in this build"},
+     "(the clients, under secure aggregation) is not built yet"},
     {"dp-epsilon-budget", 0, FM_OPT_DOUBLE, "E", 0.0, 1e6, S | M, SPEC, R(dp.budget), NULL, NULL, NULL,
      FM_OPT_G_RUN, "end the run before the round that would spend more\nthan epsilon E; 0 = no budget"},
     {"max-weight", 0, FM_OPT_U64, "N", 1, (double)(1ull << 29), S, 0, O(max_weight), NULL, NULL,
@@ -489,7 +494,8 @@ static const fm_option_t table[] = {
      "twice the partitions, plus 64", FM_OPT_G_RUN,
      "connections held at once; more are shut at once\n(never above the file-descriptor limit)"},
     {"max-message", 0, FM_OPT_SIZE, "BYTES", 1024, (double)(1LL << 40), S, 0, O(max_message), NULL, NULL,
-     "twice the model, plus 1 MiB", FM_OPT_G_RUN, "largest message accepted"},
+     "twice the model, plus 1 MiB\n(16 bytes a value with --secure-aggregation)", FM_OPT_G_RUN,
+     "largest message accepted"},
     {"port", 0, FM_OPT_INT, "P", 1, 65535, M, 0, O(port), NULL, NULL, "a free one", FM_OPT_G_END,
      "loopback port of the coordinator"},
     {"workdir", 0, FM_OPT_STRING, "DIR", 0, 0, M, 0, O(workdir), NULL, NULL, "a new folder in /tmp", FM_OPT_G_END,

@@ -103,9 +103,39 @@ fm_status fm_clip_norm_parse(const char *flag, const char *text, double *out)
 /* Differential privacy's settings against the rest of the run; the DP clip
  * takes the place of --clip-norm's learned bound (a bound learned from the
  * updates would itself tell of them). */
+/* --secure-aggregation: what the coordinator can no longer do once it sees
+ * only the sum (the one place this is decided). */
+static fm_status secagg_check(fm_run_spec_t *s)
+{
+    if (!s->secure_aggregation)
+        return FM_OK;
+    const char *why = NULL;
+    if (!fm_strategy_traits(s->strategy)->model)
+        why = "--secure-aggregation: strategy local averages nothing";
+    else if (fm_strategy_uses_pool(s->strategy))
+        why = "--secure-aggregation hides what is averaged; pfedmoap and full also send each client's own prompt "
+              "to its nearest peers, which it cannot hide: use fedavg or comigs";
+    else if (s->aggregate.rule != FM_AGG_MEAN)
+        why = "--secure-aggregation needs --aggregate mean: the median and the trimmed mean read every update";
+    else if (s->clip_norm != FM_CLIP_AUTO && s->clip_norm != 0.0)
+        why = "--secure-aggregation: the coordinator cannot clip updates it cannot see (--clip-norm); clients "
+              "clipping their own is not built yet";
+    else if (fm_dp_on(&s->dp))
+        why = "--secure-aggregation with --dp-noise needs the noise added by the clients (--dp-mode distributed), "
+              "which is not built yet";
+    if (why) {
+        fm_error_set("%s", why);
+        return FM_ERR_ARG;
+    }
+    s->clip_norm = 0.0;
+    return FM_OK;
+}
+
 static fm_status privacy_check(fm_run_spec_t *s)
 {
     fm_status st = fm_dp_spec_check(&s->dp);
+    if (st == FM_OK)
+        st = secagg_check(s);
     if (st != FM_OK || !fm_dp_on(&s->dp))
         return st;
     const char *why = NULL;
@@ -224,6 +254,8 @@ size_t fm_run_spec_json(const fm_run_spec_t *s, char *buf, size_t cap)
                       ",\"privacy\":{\"noise\":%s,\"clip\":%.17g,\"delta\":%.17g,\"mode\":\"%s\","
                       "\"epsilon_budget\":%.17g}}",
                       noise, s->dp.clip, s->dp.delta, fm_dp_mode_name(s->dp.mode), s->dp.budget) - 1;
+    if (n >= 0 && (size_t)n < cap && s->secure_aggregation) /* (likewise) */
+        n += snprintf(buf + n - 1, cap - (size_t)n + 1, ",\"secure_aggregation\":true}") - 1;
     if (n < 0 || (size_t)n >= cap || !fm_regime_any(&s->regime))
         return n < 0 ? 0 : (size_t)n;
     /* the regime, when set, as one more object (runs without one keep their old config text) */

@@ -45,6 +45,12 @@
 
 typedef unsigned __int128 fm_u128;
 
+/* Participants of one secure-aggregation round at most: the coordinator
+ * relays every pair's sealed shares (n^2 of them, 156 bytes each: 156 MB at
+ * 1,000), every client expands n - 1 pair masks, and a message of keys or
+ * shares stays within the wire's 1,024 embedded messages. */
+#define FM_SA_MAX_CLIENTS 1000
+
 /* Phase 0: a client's public keys. */
 typedef struct {
     uint32_t who; /* 1..n */

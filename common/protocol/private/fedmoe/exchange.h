@@ -52,6 +52,14 @@ fm_exchange_dims_t fm_exchange_dims(const fm_run_spec_t *s, size_t nmodel);
  * Task's nonce (a replay from another round, a relabelled capture) is refused. */
 #define FM_NONCE_BYTES 16
 
+/* Secure aggregation's place of a client in a round (Task.secagg): its
+ * number who (1..n), the participants n, the threshold t (a majority) and
+ * the weight of its update; who 0: not carried. */
+typedef struct {
+    uint32_t who, n, t;
+    uint64_t weight;
+} fm_sa_setup_t;
+
 typedef struct {
     uint32_t round;
     float lr_scale;                /* this round's multiplier on both learning rates */
@@ -61,6 +69,7 @@ typedef struct {
     const float *const *nonlocal;  /* k pool prompts, nearest first (when carried) */
     int k;
     uint8_t nonce[FM_NONCE_BYTES];
+    fm_sa_setup_t sa;              /* the client's own, under secure aggregation */
 } fm_task_t;
 
 /* A Task goes in three frames whose concatenation is the Task envelope
@@ -92,6 +101,8 @@ typedef struct {
     float *nonlocal; /* k * nprompt, or NULL */
     int k;           /* 0 unless the pool travels */
     uint8_t nonce[FM_NONCE_BYTES]; /* to echo in the Update */
+    fm_sa_setup_t sa;  /* under secure aggregation (checked: 1 <= who <= n <= FM_SA_MAX_CLIENTS, a majority
+                          threshold, a weight the aggregator takes) */
 } fm_task_in_t;
 
 /* Reads and checks a Task; on error FM_ERR_FORMAT with fm_error_last() and the
@@ -114,6 +125,8 @@ typedef struct {
     uint64_t train_samples;
     const float *model;  /* nmodel floats (when carried) */
     const float *prompt; /* the trained prompt (when carried) */
+    const unsigned __int128 *masked; /* secure aggregation: nmasked values instead of model and prompt */
+    size_t nmasked;
     fm_metrics_t metrics;
     uint8_t nonce[FM_NONCE_BYTES]; /* its Task's */
 } fm_update_t;
@@ -133,6 +146,14 @@ fm_split_sizes_t fm_exchange_evaluated(const fm_split_sizes_t *declared, uint32_
  * ratio of its counts. On error FM_ERR_FORMAT, a reason and *code. */
 fm_status fm_exchange_read_update(const fm_run_spec_t *s, const fm_exchange_dims_t *d, const Fedmoe__Update *u,
                                   const fm_split_sizes_t *expect, float *model, float *prompt, fm_metrics_t *m,
+                                  fm_wire_code *code);
+/* The values secure aggregation masks of run s: the federated vector, the
+ * prompt when carried, and the weight. */
+size_t fm_exchange_masked_size(const fm_run_spec_t *s, const fm_exchange_dims_t *d);
+/* The same checks for an Update under secure aggregation, its masked input
+ * (fm_exchange_masked_size values) read into masked. */
+fm_status fm_exchange_read_masked(const fm_run_spec_t *s, const fm_exchange_dims_t *d, const Fedmoe__Update *u,
+                                  const fm_split_sizes_t *expect, unsigned __int128 *masked, fm_metrics_t *m,
                                   fm_wire_code *code);
 
 #endif

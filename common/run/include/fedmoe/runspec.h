@@ -96,6 +96,8 @@ typedef struct fm_run_spec {
                                 * > 0 fixed, 0 none, FM_CLIP_AUTO (the default; off under
                                 * differential privacy, whose dp.clip bounds the updates) */
     fm_dp_spec_t dp;           /* client-level differential privacy (off by default) */
+    bool secure_aggregation;   /* updates travel masked: the coordinator learns only their sum
+                                * (docs/secure-aggregation.md; off by default) */
     int eval_sample;           /* > 0: rounds before the last evaluate only this many evenly
                                 * spaced examples of each test and validation split (travels
                                 * as Task.eval_sample); 0: every round evaluates them whole */
