@@ -1,0 +1,234 @@
+/* Secure aggregation through the real coordinator and client processes
+ * (--secure-aggregation, docs/secure-aggregation.md): ten clients of
+ * fedmoe-secagg-client (fedmoe-client with tests/secagg_client.c's hook,
+ * which writes the values each is about to mask and can leave at a phase)
+ * train two rounds of fedavg on real Fashion-MNIST with real CURVE keys. In
+ * round 2 none, one (10%) or three (30%) of them leave at each phase in turn:
+ * the coordinator's result, read from its checkpoint, must be bit for bit the
+ * plaintext weighted mean of the clients whose masked input it summed (its
+ * round log's completed rows), computed here from their own values with the
+ * aggregator. Five leaving (below the threshold of six): the round is
+ * abandoned, said in the log, and the coordinator stays up. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "coordinator.h"
+#include "fedmoe/aggregate.h"
+#include "fedmoe/clock.h"
+#include "fedmoe/store.h"
+#include "procs.h"
+
+static char dir[256];
+
+#define N 10
+#define ROUNDS 2
+
+/* The values client id was about to mask in round r (count floats, malloc'd)
+ * and their weight, from its dump; NULL when it wrote none. */
+static float *read_dump(const char *tag, const char *id, int r, size_t *count, uint64_t *weight)
+{
+    char path[768];
+    snprintf(path, sizeof path, "%s/%s-dump/%s-r%d.bin", dir, tag, id, r);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    uint64_t n = 0;
+    float *x = NULL;
+    bool ok = fread(&n, sizeof n, 1, f) == 1 && n > 0 && n < (1u << 28) && (x = malloc(sizeof *x * n)) &&
+              fread(x, sizeof *x, n, f) == n && fread(weight, sizeof *weight, 1, f) == 1;
+    fclose(f);
+    if (!ok) {
+        free(x);
+        return NULL;
+    }
+    *count = n;
+    return x;
+}
+
+/* Starts the coordinator and the N clients of run `tag`; the last `drop`
+ * clients leave at phase `phase` of round 2. */
+static pid_t start(const char *tag, int phase, int drop, pid_t *c, char *db, char *log)
+{
+    char ep[64], dumps[600];
+    procs_files(tag, db, log);
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", procs_free_port());
+    snprintf(dumps, sizeof dumps, "%s/%s-dump", dir, tag);
+    mkdir(dumps, 0700);
+    procs_client_keys("c", N);
+    char *sargv[] = {BIN("server/fedmoe-server"), "--bind", ep, "--db", db, "--rounds", FM_STR(ROUNDS),
+                     "--min-clients", "6", "--partitions", FM_STR(N), "--strategy", "fedavg", "--secure-aggregation",
+                     "--client-examples", "40", "--local-steps", "3", "--round-timeout", "60", "--client-timeout", "4",
+                     NULL};
+    pid_t server = procs_spawn_server(sargv, log);
+    assert_true(server > 0);
+    for (int i = 0; i < N; i++) {
+        char id[16], clog[600], drop_at[32];
+        snprintf(id, sizeof id, "c%d", i);
+        snprintf(clog, sizeof clog, "%s/%s-c%d.log", dir, tag, i);
+        snprintf(drop_at, sizeof drop_at, "%d:%d", phase, ROUNDS);
+        setenv("FEDMOE_SA_DUMP", dumps, 1);
+        setenv("FEDMOE_SA_ID", id, 1);
+        if (i >= N - drop)
+            setenv("FEDMOE_SA_DROP", drop_at, 1);
+        else
+            unsetenv("FEDMOE_SA_DROP");
+        char *cargv[] = {BIN("tests/fedmoe-secagg-client"), "--connect", ep, "--id", id, "--state-dir", dir, NULL};
+        c[i] = procs_spawn_client(cargv, clog);
+        assert_true(c[i] > 0);
+    }
+    unsetenv("FEDMOE_SA_DROP");
+    return server;
+}
+
+/* The plaintext weighted mean of round r's completed clients (rows), from
+ * their dumps, leaving out client `skip` (-1: none), into out (n floats). */
+static void plain_mean(const char *tag, const fm_client_round_row_t *rows, int nrows, int r, int skip, float *out,
+                       size_t n)
+{
+    fm_aggregator_t *a;
+    assert_int_equal(fm_aggregator_new(&a, n), FM_OK);
+    int added = 0;
+    for (int i = 0; i < nrows; i++) {
+        if (rows[i].round != r || strcmp(rows[i].status, "completed") != 0 || i == skip)
+            continue;
+        size_t count;
+        uint64_t weight;
+        float *x = read_dump(tag, rows[i].client_id, r, &count, &weight);
+        assert_non_null(x);
+        assert_int_equal(count, n);
+        assert_int_equal(weight, (uint64_t)rows[i].train_samples);
+        assert_int_equal(fm_aggregator_add(a, x, weight), FM_OK);
+        free(x);
+        added++;
+    }
+    assert_true(added > 0);
+    assert_int_equal(fm_aggregator_result(a, out), FM_OK);
+    fm_aggregator_destroy(&a);
+}
+
+/* A run where `drop` clients leave at `phase` of round 2: it finishes, round
+ * 2 completes N - drop updates (N for a drop at unmasking: their inputs were
+ * summed), and its result is the plaintext mean of those, bit for bit. */
+static void run_with_drops(int phase, int drop)
+{
+    char tag[32], db[512], log[512];
+    snprintf(tag, sizeof tag, "p%d-d%d", phase, drop);
+    pid_t c[N];
+    pid_t server = start(tag, phase, drop, c, db, log);
+    assert_int_equal(procs_wait(server, 240), 0);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(procs_wait(c[i], 30), 0); /* (the dropped ones left with 0 too) */
+    fm_round_row_t *rounds;
+    fm_client_round_row_t *rows;
+    int nr, nc;
+    procs_finished_run(db, &rounds, &nr, &rows, &nc);
+    assert_int_equal(nr, ROUNDS);
+    assert_int_equal(rounds[ROUNDS - 1].selected, N); /* (everyone was ready by round 2) */
+    int expect = phase == 3 ? N : N - drop;
+    assert_int_equal(rounds[ROUNDS - 1].completed, expect);
+    fm_checkpoint_t ck;
+    int round;
+    procs_latest_checkpoint(db, &ck, &round);
+    assert_int_equal(round, ROUNDS);
+    size_t n = ck.nglobal + ck.nprompt;
+    float *want = malloc(sizeof *want * n), *got = malloc(sizeof *got * n);
+    assert_non_null(want);
+    assert_non_null(got);
+    memcpy(got, ck.global, sizeof *got * ck.nglobal);
+    memcpy(got + ck.nglobal, ck.prompt, sizeof *got * ck.nprompt);
+    plain_mean(tag, rows, nc, ROUNDS, -1, want, n);
+    assert_memory_equal(want, got, sizeof *want * n);
+    /* (the check can tell: the mean without one of them is not the result) */
+    int first = -1;
+    for (int i = 0; i < nc && first < 0; i++)
+        if (rows[i].round == ROUNDS && strcmp(rows[i].status, "completed") == 0)
+            first = i;
+    plain_mean(tag, rows, nc, ROUNDS, first, want, n);
+    assert_memory_not_equal(want, got, sizeof *want * n);
+    fprintf(stderr, "  %d of %d clients left at phase %d of round %d: %d inputs summed, result bit-identical to "
+            "their plaintext mean (%zu values)\n",
+            drop, N, phase, ROUNDS, expect, n);
+    fm_checkpoint_free(&ck);
+    free(want);
+    free(got);
+    free(rounds);
+    free(rows);
+}
+
+static void test_no_drops(void **state)
+{
+    (void)state;
+    run_with_drops(0, 0);
+}
+
+static void test_drops_advertise(void **state)
+{
+    (void)state;
+    run_with_drops(0, 1);
+    run_with_drops(0, 3);
+}
+
+static void test_drops_share(void **state)
+{
+    (void)state;
+    run_with_drops(1, 1);
+    run_with_drops(1, 3);
+}
+
+static void test_drops_masked_input(void **state)
+{
+    (void)state;
+    run_with_drops(2, 1);
+    run_with_drops(2, 3);
+}
+
+static void test_drops_unmask(void **state)
+{
+    (void)state;
+    run_with_drops(3, 1);
+    run_with_drops(3, 3);
+}
+
+/* Five of ten leave before their masked input: fewer than the threshold of
+ * six are left, so round 2 is abandoned (said in the log), never unmasked
+ * wrong or waited on for good; the coordinator stays up for the run again. */
+static void test_below_threshold_abandoned(void **state)
+{
+    (void)state;
+    char db[512], log[512];
+    pid_t c[N];
+    pid_t server = start("below", 2, 5, c, db, log);
+    double until = fm_clock_seconds() + 180.0;
+    while (fm_clock_seconds() < until && !procs_log_has(log, "the round is abandoned"))
+        usleep(200000);
+    assert_true(procs_log_has(log, "phase 'masked input' ended with 5 of 10 clients, fewer than the threshold 6"));
+    assert_int_equal(procs_committed_rounds(db), 1);
+    assert_int_equal(kill(server, 0), 0); /* (up) */
+    kill(server, SIGTERM);
+    assert_int_equal(procs_wait(server, 30), 0);
+    for (int i = 0; i < N; i++) {
+        kill(c[i], SIGTERM);
+        procs_wait(c[i], 30);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_no_drops),
+        cmocka_unit_test(test_drops_advertise),
+        cmocka_unit_test(test_drops_share),
+        cmocka_unit_test(test_drops_masked_input),
+        cmocka_unit_test(test_drops_unmask),
+        cmocka_unit_test(test_below_threshold_abandoned),
+    };
+    return procs_run_tests("secagg_e2e", tests, sizeof tests / sizeof tests[0], dir, sizeof dir);
+}
