@@ -8,7 +8,9 @@
  *                         unmasked result
  *   FEDMOE_SA_DROP=P:R    leaves (exits at once, status 0, nothing said) when
  *                         about to answer phase P (0-3) of round R: a client
- *                         that drops at that phase */
+ *                         that drops at that phase; P "upload": about to
+ *                         upload round R without secure aggregation (its
+ *                         model vector then dumped to DIR/ID-rROUND.plain) */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,8 +44,25 @@ static void phase(uint32_t round, int p)
         _exit(0);
 }
 
+static void upload(float *x, size_t n, uint32_t round)
+{
+    const char *spec = getenv("FEDMOE_SA_DROP"), *dir = getenv("FEDMOE_SA_DUMP"), *id = getenv("FEDMOE_SA_ID");
+    unsigned dr = 0;
+    if (dir && id) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s-r%u.plain", dir, id, round);
+        FILE *f = fopen(path, "wb");
+        if (f) {
+            fwrite(x, sizeof *x, n, f);
+            fclose(f);
+        }
+    }
+    if (spec && sscanf(spec, "upload:%u", &dr) == 1 && dr == round)
+        _exit(0);
+}
+
 __attribute__((constructor)) static void install(void)
 {
-    static const fm_session_upload_hook_t hook = {.masking = dump, .phase = phase};
+    static const fm_session_upload_hook_t hook = {.upload = upload, .masking = dump, .phase = phase};
     fm_session_set_upload_hook(&hook);
 }

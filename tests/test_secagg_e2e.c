@@ -8,7 +8,10 @@
  * plaintext weighted mean of the clients whose masked input it summed (its
  * round log's completed rows), computed here from their own values with the
  * aggregator. Five leaving (below the threshold of six): the round is
- * abandoned, said in the log, and the coordinator stays up. */
+ * abandoned, said in the log, and the coordinator stays up. And the
+ * coordinator's memory, read through /proc while it waits in the unmasking
+ * phase, holds none of the clients' values. */
+#define _GNU_SOURCE /* memmem */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -53,9 +56,10 @@ static float *read_dump(const char *tag, const char *id, int r, size_t *count, u
     return x;
 }
 
-/* Starts the coordinator and the N clients of run `tag`; the last `drop`
- * clients leave at phase `phase` of round 2. */
-static pid_t start(const char *tag, int phase, int drop, pid_t *c, char *db, char *log)
+/* Starts the coordinator (with secure aggregation or without) and the N
+ * clients of run `tag`; the last `drop` clients leave at drop_at
+ * (FEDMOE_SA_DROP). */
+static pid_t start(const char *tag, bool secagg, const char *drop_at, int drop, pid_t *c, char *db, char *log)
 {
     char ep[64], dumps[600];
     procs_files(tag, db, log);
@@ -64,16 +68,15 @@ static pid_t start(const char *tag, int phase, int drop, pid_t *c, char *db, cha
     mkdir(dumps, 0700);
     procs_client_keys("c", N);
     char *sargv[] = {BIN("server/fedmoe-server"), "--bind", ep, "--db", db, "--rounds", FM_STR(ROUNDS),
-                     "--min-clients", "6", "--partitions", FM_STR(N), "--strategy", "fedavg", "--secure-aggregation",
-                     "--client-examples", "40", "--local-steps", "3", "--round-timeout", "60", "--client-timeout", "4",
-                     NULL};
+                     "--min-clients", "6", "--partitions", FM_STR(N), "--strategy", "fedavg", "--client-examples",
+                     "40", "--local-steps", "3", "--round-timeout", "60", "--client-timeout", "4", "--clip-norm", "off",
+                     secagg ? "--secure-aggregation" : NULL, NULL};
     pid_t server = procs_spawn_server(sargv, log);
     assert_true(server > 0);
     for (int i = 0; i < N; i++) {
-        char id[16], clog[600], drop_at[32];
+        char id[16], clog[600];
         snprintf(id, sizeof id, "c%d", i);
         snprintf(clog, sizeof clog, "%s/%s-c%d.log", dir, tag, i);
-        snprintf(drop_at, sizeof drop_at, "%d:%d", phase, ROUNDS);
         setenv("FEDMOE_SA_DUMP", dumps, 1);
         setenv("FEDMOE_SA_ID", id, 1);
         if (i >= N - drop)
@@ -119,10 +122,11 @@ static void plain_mean(const char *tag, const fm_client_round_row_t *rows, int n
  * summed), and its result is the plaintext mean of those, bit for bit. */
 static void run_with_drops(int phase, int drop)
 {
-    char tag[32], db[512], log[512];
+    char tag[32], db[512], log[512], drop_at[32];
     snprintf(tag, sizeof tag, "p%d-d%d", phase, drop);
+    snprintf(drop_at, sizeof drop_at, "%d:%d", phase, ROUNDS);
     pid_t c[N];
-    pid_t server = start(tag, phase, drop, c, db, log);
+    pid_t server = start(tag, true, drop_at, drop, c, db, log);
     assert_int_equal(procs_wait(server, 240), 0);
     for (int i = 0; i < N; i++)
         assert_int_equal(procs_wait(c[i], 30), 0); /* (the dropped ones left with 0 too) */
@@ -205,7 +209,7 @@ static void test_below_threshold_abandoned(void **state)
     (void)state;
     char db[512], log[512];
     pid_t c[N];
-    pid_t server = start("below", 2, 5, c, db, log);
+    pid_t server = start("below", true, "2:" FM_STR(ROUNDS), 5, c, db, log);
     double until = fm_clock_seconds() + 180.0;
     while (fm_clock_seconds() < until && !procs_log_has(log, "the round is abandoned"))
         usleep(200000);
@@ -220,6 +224,120 @@ static void test_below_threshold_abandoned(void **state)
     }
 }
 
+/* ---- what the coordinator holds ------------------------------------------------ */
+
+#define NEEDLE 8 /* floats: 32 bytes of one client's values */
+
+/* A needle of client id's values of round r (its .plain dump: the model
+ * vector it trained) where every value differs from the state it was sent
+ * (g, n floats): copied into out; false when it has none. */
+static bool needle_of(const char *tag, const char *id, int r, const float *g, size_t n, float *out)
+{
+    char path[768];
+    snprintf(path, sizeof path, "%s/%s-dump/%s-r%d.plain", dir, tag, id, r);
+    FILE *f = fopen(path, "rb");
+    float *x = malloc(sizeof *x * n);
+    bool ok = f && x && fread(x, sizeof *x, n, f) == n;
+    if (f)
+        fclose(f);
+    bool found = false;
+    for (size_t at = n / 3; ok && !found && at + NEEDLE < n; at++) {
+        found = true;
+        for (int k = 0; k < NEEDLE && found; k++)
+            found = x[at + (size_t)k] != g[at + (size_t)k];
+        if (found)
+            memcpy(out, x + at, sizeof *out * NEEDLE);
+    }
+    free(x);
+    return found;
+}
+
+/* How many of the k needles occur anywhere in process pid's memory (its
+ * writable and readable mappings, read through /proc). */
+static int needles_in_memory(pid_t pid, float (*needles)[NEEDLE], int k)
+{
+    char path[64], line[512];
+    snprintf(path, sizeof path, "/proc/%d/maps", (int)pid);
+    FILE *maps = fopen(path, "r");
+    snprintf(path, sizeof path, "/proc/%d/mem", (int)pid);
+    FILE *mem = fopen(path, "rb");
+    assert_non_null(maps);
+    assert_non_null(mem);
+    bool *hit = calloc((size_t)k, sizeof *hit);
+    while (fgets(line, sizeof line, maps)) {
+        unsigned long lo, hi;
+        char perms[8];
+        if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) != 3 || perms[0] != 'r' || hi - lo > (1ul << 32))
+            continue;
+        size_t len = hi - lo;
+        uint8_t *buf = malloc(len);
+        if (buf && fseeko(mem, (off_t)lo, SEEK_SET) == 0 && fread(buf, 1, len, mem) == len)
+            for (int j = 0; j < k; j++)
+                hit[j] |= memmem(buf, len, needles[j], sizeof needles[j]) != NULL;
+        clearerr(mem);
+        free(buf);
+    }
+    fclose(maps);
+    fclose(mem);
+    int found = 0;
+    for (int j = 0; j < k; j++)
+        found += hit[j];
+    free(hit);
+    return found;
+}
+
+/* Scans the coordinator of run `tag` for its clients' round-2 values while
+ * it waits for the last client, which left at drop_at: returns how many
+ * clients' values it holds (the most seen over the scans, until round 2
+ * commits). */
+static int held_while_waiting(const char *tag, bool secagg, const char *drop_at)
+{
+    char db[512], log[512];
+    pid_t c[N];
+    pid_t server = start(tag, secagg, drop_at, 1, c, db, log);
+    assert_int_equal(procs_wait(c[N - 1], 180), 0); /* it left (in round 2: the coordinator waits for it) */
+    fm_checkpoint_t ck; /* round 1's: the state round 2 was sent */
+    int round;
+    procs_latest_checkpoint(db, &ck, &round);
+    assert_int_equal(round, 1);
+    float needles[N - 1][NEEDLE];
+    int most = 0, scans = 0;
+    while (procs_committed_rounds(db) < ROUNDS) {
+        int k = 0;
+        for (int i = 0; i < N - 1; i++) {
+            char id[16];
+            snprintf(id, sizeof id, "c%d", i);
+            k += needle_of(tag, id, ROUNDS, ck.global, ck.nglobal, needles[k]);
+        }
+        int found = k ? needles_in_memory(server, needles, k) : 0;
+        most = found > most ? found : most;
+        scans += k > 0;
+        usleep(300000);
+    }
+    assert_true(scans > 0);
+    assert_int_equal(procs_wait(server, 120), 0);
+    for (int i = 0; i < N - 1; i++)
+        assert_int_equal(procs_wait(c[i], 30), 0);
+    fm_checkpoint_free(&ck);
+    return most;
+}
+
+/* While it waits for a client that left at unmasking, every other client's
+ * masked input already summed, the coordinator's memory holds none of their
+ * values; the same scan of a coordinator without secure aggregation, waiting
+ * for a client that left before uploading, finds the updates it was sent (so
+ * the scan can tell). */
+static void test_memory_holds_no_update(void **state)
+{
+    (void)state;
+    int masked = held_while_waiting("mem-secagg", true, "3:" FM_STR(ROUNDS));
+    int plain = held_while_waiting("mem-plain", false, "upload:" FM_STR(ROUNDS));
+    fprintf(stderr, "  clients whose round-%d values the coordinator's memory holds while it waits: %d of %d with "
+            "secure aggregation, %d of %d without\n", ROUNDS, masked, N - 1, plain, N - 1);
+    assert_int_equal(masked, 0);
+    assert_true(plain > 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -229,6 +347,7 @@ int main(void)
         cmocka_unit_test(test_drops_masked_input),
         cmocka_unit_test(test_drops_unmask),
         cmocka_unit_test(test_below_threshold_abandoned),
+        cmocka_unit_test(test_memory_holds_no_update),
     };
     return procs_run_tests("secagg_e2e", tests, sizeof tests / sizeof tests[0], dir, sizeof dir);
 }
