@@ -536,6 +536,8 @@ static fm_status sa_share(session_t *s, const Fedmoe__SecAgg *m)
             pb[i].to = out[i].to;
             pb[i].sealed = (ProtobufCBinaryData){FM_SA_SEALED_BYTES + FM_GCM_TAG_BYTES, out[i].sealed};
             list[i] = &pb[i];
+            if (upload_hook && upload_hook->tamper)
+                upload_hook->tamper(s->sa.round, 1, out[i].sealed, FM_SA_SEALED_BYTES + FM_GCM_TAG_BYTES);
         }
         Fedmoe__SecAgg a = FEDMOE__SEC_AGG__INIT;
         a.sealed = list;
@@ -571,6 +573,10 @@ static fm_status sa_mask(session_t *s, const Fedmoe__SecAgg *m)
     }
     if (st == FM_OK)
         st = fm_sa_client_mask(s->sa.sa, in, k, s->sa.x, s->sa.nx, s->sa.setup.weight, y);
+    uint32_t who[8], bad = st == FM_OK ? fm_sa_client_unopened(s->sa.sa, who, 8) : 0;
+    for (uint32_t i = 0; i < bad && i < 8; i++)
+        fm_warn("round %u: the shares client %u sealed for this client do not open (changed on the way, or sealed "
+                "wrong): masked all the same, without them", s->sa.round, who[i]);
     uint8_t *bytes = NULL;
     size_t len = 0;
     if (st == FM_OK) {
@@ -603,6 +609,8 @@ static fm_status sa_unmask(session_t *s, const Fedmoe__SecAgg *m)
             pb[i].kind = out[i].kind;
             pb[i].y = (ProtobufCBinaryData){FM_SHAMIR_Y_BYTES, out[i].y};
             list[i] = &pb[i];
+            if (upload_hook && upload_hook->tamper)
+                upload_hook->tamper(s->sa.round, 3, out[i].y, FM_SHAMIR_Y_BYTES);
         }
         Fedmoe__SecAgg a = FEDMOE__SEC_AGG__INIT;
         a.shares = list;

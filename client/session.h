@@ -102,6 +102,9 @@ typedef struct {
      * dropout tests' client leaves there) */
     void (*masking)(const float *x, size_t n, uint32_t round, uint64_t weight);
     void (*phase)(uint32_t round, int phase);
+    /* ... and what it sends in phases 1 (each sealed share) and 3 (each
+     * share), which a malicious client's test may spoil */
+    void (*tamper)(uint32_t round, int phase, uint8_t *bytes, size_t n);
 } fm_session_upload_hook_t;
 void fm_session_set_upload_hook(const fm_session_upload_hook_t *h);
 

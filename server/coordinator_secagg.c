@@ -243,10 +243,20 @@ static fm_status finish(fm_coordinator_t *c)
         if (in_phase(a, i, PHASE_MASKED))
             u3[o3++] = i + 1;
     }
+    uint32_t unbuilt = 0;
     if (st == FM_OK)
-        st = fm_sa_unmask(a->sum, a->d - 1, a->t, (uint64_t)c->round.number, u2, k2, u3, k3, a->shares, a->nshares);
+        st = fm_sa_unmask(a->sum, a->d - 1, a->t, (uint64_t)c->round.number, u2, k2, u3, k3, a->shares, a->nshares,
+                          &unbuilt);
     free(u2);
     free(u3);
+    if (unbuilt) { /* its shares did not rebuild its secret (sealed wrong for too many): a failure of its own,
+                      which benches it after BENCH_AFTER in a row, so the round runs again without it */
+        fm_participant_t *p = &c->round.parts[unbuilt - 1];
+        p->state = FM_PART_REFUSED;
+        snprintf(p->row.status, sizeof p->row.status, "%s", fm_part_state_name(p->state));
+        fm_warn("round %d: the secret of client %s cannot be rebuilt from the shares it sealed for the others",
+                c->round.number, fm_registry_at(c->reg, p->slot)->id);
+    }
     if (st != FM_OK)
         return st;
     /* the weight is the last value: below k3 x 2^29, checked by the unmasking */

@@ -10,7 +10,10 @@
  *                         about to answer phase P (0-3) of round R: a client
  *                         that drops at that phase; P "upload": about to
  *                         upload round R without secure aggregation (its
- *                         model vector then dumped to DIR/ID-rROUND.plain) */
+ *                         model vector then dumped to DIR/ID-rROUND.plain)
+ *   FEDMOE_SA_TAMPER=P:R  spoils every sealed share it sends (P 1) or every
+ *                         unmasking share (P 3) in rounds R and later: a
+ *                         malicious client */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,8 +64,17 @@ static void upload(float *x, size_t n, uint32_t round)
         _exit(0);
 }
 
+static void tamper(uint32_t round, int p, uint8_t *bytes, size_t n)
+{
+    const char *spec = getenv("FEDMOE_SA_TAMPER");
+    int tp = -1;
+    unsigned tr = 0;
+    if (n > 20 && spec && sscanf(spec, "%d:%u", &tp, &tr) == 2 && tp == p && round >= tr)
+        bytes[20] ^= 0x5a;
+}
+
 __attribute__((constructor)) static void install(void)
 {
-    static const fm_session_upload_hook_t hook = {.upload = upload, .masking = dump, .phase = phase};
+    static const fm_session_upload_hook_t hook = {.upload = upload, .masking = dump, .phase = phase, .tamper = tamper};
     fm_session_set_upload_hook(&hook);
 }

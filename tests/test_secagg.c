@@ -3,7 +3,9 @@
  * unmasked sum is bit for bit the plaintext fixed-point sum of the clients
  * that sent masked inputs, and the aggregator fed that sum gives the same
  * floats as one fed their updates; below the threshold the round cannot be
- * unmasked; a tampered sealed share is refused with its sender named. */
+ * unmasked; a tampered sealed share is found by GCM and its sender named,
+ * the sum still exact while enough others hold that sender's shares, the
+ * round abandoned (the sender named) when too few do. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,6 +27,8 @@ typedef enum { NONE, AFTER_KEYS, AFTER_SHARES, AFTER_MASKED, IN_UNMASK } drop_at
 
 typedef struct {
     int liar; /* 1-based: this client's answers in phase 3 are wrong (0: none) */
+    int tamperer, tampered; /* 1-based: this client's shares for the first `tampered` others are changed */
+    uint32_t unbuilt;       /* the coordinator's: whose secret could not be rebuilt (0: none) */
     float x[N][D];
     uint64_t w[N];
     fm_sa_client_t *c[N];
@@ -43,6 +47,8 @@ static void make_world(world_t *wd, uint64_t seed)
         wd->gone[i] = false;
     }
     wd->liar = 0;
+    wd->tamperer = wd->tampered = 0;
+    wd->unbuilt = 0;
 }
 
 static void drop(world_t *wd, int count, int first)
@@ -74,6 +80,8 @@ static fm_status run_round(world_t *wd, drop_at when, int count, int first, fm_u
                 return st;
             shared[i] = true;
         }
+    for (int m = 0; wd->tamperer && m < wd->tampered; m++)
+        sealed[wd->tamperer - 1][m].sealed[5] ^= 1;
     if (when == AFTER_SHARES) /* they shared, then dropped: their pair masks must come off */
         drop(wd, count, first);
     fm_sa_keys_t u2[N];
@@ -123,7 +131,7 @@ static fm_status run_round(world_t *wd, drop_at when, int count, int first, fm_u
             shares[ns + m].y[40] ^= 0x5a; /* every share it gives is wrong */
         ns += got;
     }
-    return fm_sa_unmask(sum, D, T, ROUND, u2, k2, u3, k3, shares, ns);
+    return fm_sa_unmask(sum, D, T, ROUND, u2, k2, u3, k3, shares, ns, &wd->unbuilt);
 }
 
 static void check_sum(const world_t *wd, const fm_u128 *sum, const bool in3[N])
@@ -198,33 +206,38 @@ static void test_below_threshold(void **state)
     }
 }
 
-/* A sealed share changed on the way (by the coordinator that relays it):
- * its receiver refuses it and names the sender. */
+/* Sealed shares changed on the way (by the coordinator that relays them, or
+ * sealed wrong by their sender): GCM finds them, the receiver names the
+ * sender and masks all the same. With one of client 3's shares spoiled the
+ * others still hold enough to rebuild its secret: the sum is exact. With
+ * N - T + 1 spoiled, fewer than T are left: the round is abandoned, client 3
+ * named as the one whose secret could not be rebuilt. */
 static void test_tampered_share(void **state)
 {
     (void)state;
     static world_t wd;
+    static fm_u128 sum[D + 1];
+    bool in3[N];
     make_world(&wd, 300);
-    fm_sa_keys_t u1[N];
-    for (int i = 0; i < N; i++)
-        fm_sa_client_keys(wd.c[i], &u1[i]);
-    fm_sa_sealed_t from3[N - 1];
-    assert_int_equal(fm_sa_client_share(wd.c[2], u1, N, from3), FM_OK);
-    fm_sa_sealed_t *for1 = NULL;
-    for (int m = 0; m < N - 1; m++)
-        if (from3[m].to == 1)
-            for1 = &from3[m];
-    assert_non_null(for1);
-    fm_sa_sealed_t bad = *for1;
-    bad.sealed[5] ^= 1;
-    assert_int_equal(fm_sa_client_share(wd.c[0], u1, N, from3 /* (scratch) */), FM_OK);
-    static fm_u128 y[D + 1];
-    assert_int_equal(fm_sa_client_mask(wd.c[0], &bad, 1, wd.x[0], D, wd.w[0], y), FM_ERR_STATE); /* 1 < t - 1 */
-    fm_sa_sealed_t many[T];
-    for (int m = 0; m < T; m++)
-        many[m] = bad;
-    assert_int_equal(fm_sa_client_mask(wd.c[0], many, T, wd.x[0], D, wd.w[0], y), FM_ERR_FORMAT);
-    assert_non_null(strstr(fm_error_last(), "client 3 sealed for client 1 do not open"));
+    wd.tamperer = 3;
+    wd.tampered = 1;
+    assert_int_equal(run_round(&wd, NONE, 0, 0, sum, in3), FM_OK);
+    uint32_t who[N];
+    int named = 0;
+    for (int i = 0; i < N; i++) {
+        uint32_t k = fm_sa_client_unopened(wd.c[i], who, N);
+        assert_true(k <= 1);
+        named += k == 1 && who[0] == 3;
+    }
+    assert_int_equal(named, 1);
+    assert_int_equal(wd.unbuilt, 0);
+    check_sum(&wd, sum, in3);
+    free_world(&wd);
+    make_world(&wd, 301);
+    wd.tamperer = 3;
+    wd.tampered = N - T + 1;
+    assert_int_equal(run_round(&wd, NONE, 0, 0, sum, in3), FM_ERR_STATE);
+    assert_int_equal(wd.unbuilt, 3);
     free_world(&wd);
 }
 
@@ -287,9 +300,9 @@ static void test_refusals(void **state)
         all3[i] = (uint32_t)i + 1;
     static fm_sa_share_t out[N];
     assert_int_equal(fm_sa_client_unmask(wd.c[0], all3, N, out, &got), FM_ERR_STATE); /* not masked yet */
-    fm_sa_sealed_t bad_last[N - 1]; /* a refused call changes nothing: the last share tampered, then all good */
+    fm_sa_sealed_t bad_last[N - 1]; /* a refused call changes nothing: the last share not its own, then all good */
     memcpy(bad_last, mine, sizeof(fm_sa_sealed_t) * k);
-    bad_last[k - 1].tag[0] ^= 1;
+    bad_last[k - 1].to = 2;
     assert_int_equal(fm_sa_client_mask(wd.c[0], bad_last, k, wd.x[0], D, wd.w[0], y), FM_ERR_FORMAT);
     assert_int_equal(fm_sa_client_mask(wd.c[0], mine, k, wd.x[0], D, wd.w[0], y), FM_OK);
     assert_int_equal(fm_sa_client_mask(wd.c[0], mine, k, wd.x[0], D, wd.w[0], y), FM_ERR_STATE); /* a second masked input */
@@ -301,9 +314,10 @@ static void test_refusals(void **state)
     fm_sa_keys_t twice[N];
     memcpy(twice, u1, sizeof twice);
     twice[1] = twice[0];
-    assert_int_equal(fm_sa_unmask(sum, D, T, ROUND, twice, N, all3, N, out, got), FM_ERR_FORMAT);
+    uint32_t unbuilt;
+    assert_int_equal(fm_sa_unmask(sum, D, T, ROUND, twice, N, all3, N, out, got, &unbuilt), FM_ERR_FORMAT);
     uint32_t outside[T] = {1, 2, 3, 4, 5, 11};
-    assert_int_equal(fm_sa_unmask(sum, D, T, ROUND, u1, N, outside, T, out, got), FM_ERR_FORMAT);
+    assert_int_equal(fm_sa_unmask(sum, D, T, ROUND, u1, N, outside, T, out, got, &unbuilt), FM_ERR_FORMAT);
     free_world(&wd);
 }
 

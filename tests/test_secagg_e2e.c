@@ -59,6 +59,8 @@ static float *read_dump(const char *tag, const char *id, int r, size_t *count, u
 /* Starts the coordinator (with secure aggregation or without) and the N
  * clients of run `tag`; the last `drop` clients leave at drop_at
  * (FEDMOE_SA_DROP). */
+static const char *tamper_last; /* FEDMOE_SA_TAMPER of the last client (NULL: an honest one) */
+
 static pid_t start(const char *tag, bool secagg, const char *drop_at, int drop, pid_t *c, char *db, char *log)
 {
     char ep[64], dumps[600];
@@ -83,11 +85,16 @@ static pid_t start(const char *tag, bool secagg, const char *drop_at, int drop, 
             setenv("FEDMOE_SA_DROP", drop_at, 1);
         else
             unsetenv("FEDMOE_SA_DROP");
+        if (i == N - 1 && tamper_last)
+            setenv("FEDMOE_SA_TAMPER", tamper_last, 1);
+        else
+            unsetenv("FEDMOE_SA_TAMPER");
         char *cargv[] = {BIN("tests/fedmoe-secagg-client"), "--connect", ep, "--id", id, "--state-dir", dir, NULL};
         c[i] = procs_spawn_client(cargv, clog);
         assert_true(c[i] > 0);
     }
     unsetenv("FEDMOE_SA_DROP");
+    unsetenv("FEDMOE_SA_TAMPER");
     return server;
 }
 
@@ -117,17 +124,12 @@ static void plain_mean(const char *tag, const fm_client_round_row_t *rows, int n
     fm_aggregator_destroy(&a);
 }
 
-/* A run where `drop` clients leave at `phase` of round 2: it finishes, round
- * 2 completes N - drop updates (N for a drop at unmasking: their inputs were
- * summed), and its result is the plaintext mean of those, bit for bit. */
-static void run_with_drops(int phase, int drop)
+/* Run `tag` finished: round 2 selected `selected` clients and summed the
+ * masked inputs of `expect`, and its result is the plaintext mean of those,
+ * bit for bit. */
+static void check_run(const char *tag, const char *db, pid_t server, const pid_t *c, int selected, int expect)
 {
-    char tag[32], db[512], log[512], drop_at[32];
-    snprintf(tag, sizeof tag, "p%d-d%d", phase, drop);
-    snprintf(drop_at, sizeof drop_at, "%d:%d", phase, ROUNDS);
-    pid_t c[N];
-    pid_t server = start(tag, true, drop_at, drop, c, db, log);
-    assert_int_equal(procs_wait(server, 240), 0);
+    assert_int_equal(procs_wait(server, 300), 0);
     for (int i = 0; i < N; i++)
         assert_int_equal(procs_wait(c[i], 30), 0); /* (the dropped ones left with 0 too) */
     fm_round_row_t *rounds;
@@ -135,8 +137,7 @@ static void run_with_drops(int phase, int drop)
     int nr, nc;
     procs_finished_run(db, &rounds, &nr, &rows, &nc);
     assert_int_equal(nr, ROUNDS);
-    assert_int_equal(rounds[ROUNDS - 1].selected, N); /* (everyone was ready by round 2) */
-    int expect = phase == 3 ? N : N - drop;
+    assert_int_equal(rounds[ROUNDS - 1].selected, selected);
     assert_int_equal(rounds[ROUNDS - 1].completed, expect);
     fm_checkpoint_t ck;
     int round;
@@ -157,14 +158,26 @@ static void run_with_drops(int phase, int drop)
             first = i;
     plain_mean(tag, rows, nc, ROUNDS, first, want, n);
     assert_memory_not_equal(want, got, sizeof *want * n);
-    fprintf(stderr, "  %d of %d clients left at phase %d of round %d: %d inputs summed, result bit-identical to "
-            "their plaintext mean (%zu values)\n",
-            drop, N, phase, ROUNDS, expect, n);
+    fprintf(stderr, "  %s: %d of %d inputs summed in round %d, result bit-identical to their plaintext mean (%zu "
+            "values)\n", tag, expect, selected, ROUNDS, n);
     fm_checkpoint_free(&ck);
     free(want);
     free(got);
     free(rounds);
     free(rows);
+}
+
+/* A run where `drop` clients leave at `phase` of round 2: it finishes, round
+ * 2 (every client in it) completes N - drop updates (N for a drop at
+ * unmasking: their inputs were summed), its result their plaintext mean. */
+static void run_with_drops(int phase, int drop)
+{
+    char tag[32], db[512], log[512], drop_at[32];
+    snprintf(tag, sizeof tag, "p%d-d%d", phase, drop);
+    snprintf(drop_at, sizeof drop_at, "%d:%d", phase, ROUNDS);
+    pid_t c[N];
+    pid_t server = start(tag, true, drop_at, drop, c, db, log);
+    check_run(tag, db, server, c, N, phase == 3 ? N : N - drop);
 }
 
 static void test_no_drops(void **state)
@@ -199,6 +212,38 @@ static void test_drops_unmask(void **state)
     (void)state;
     run_with_drops(3, 1);
     run_with_drops(3, 3);
+}
+
+/* A malicious client spoiling every unmasking share it sends: the
+ * coordinator rebuilds every secret from other choices of the threshold
+ * (each checked against what its owner advertised), and round 2 sums all
+ * ten inputs, exactly. */
+static void test_malicious_unmask_shares(void **state)
+{
+    (void)state;
+    char db[512], log[512];
+    pid_t c[N];
+    tamper_last = "3:" FM_STR(ROUNDS);
+    pid_t server = start("liar", true, "", 0, c, db, log);
+    tamper_last = NULL;
+    check_run("liar", db, server, c, N, N);
+}
+
+/* A malicious client sealing every share it sends wrong: its receivers find
+ * it (GCM), name it and mask all the same; its secret cannot be rebuilt, so
+ * round 2 is abandoned, never unmasked wrong; after two such rounds it sits
+ * out, and round 2 runs again with the other nine, their sum exact. */
+static void test_malicious_sealed_shares(void **state)
+{
+    (void)state;
+    char db[512], log[512];
+    pid_t c[N];
+    tamper_last = "1:" FM_STR(ROUNDS);
+    pid_t server = start("sealer", true, "", 0, c, db, log);
+    tamper_last = NULL;
+    check_run("sealer", db, server, c, N - 1, N - 1);
+    assert_true(procs_log_has(log, "the secret of client c9 cannot be rebuilt"));
+    assert_true(procs_log_has(log, "client c9: no usable update in 2 rounds in a row"));
 }
 
 /* Five of ten leave before their masked input: fewer than the threshold of
@@ -347,6 +392,8 @@ int main(void)
         cmocka_unit_test(test_drops_masked_input),
         cmocka_unit_test(test_drops_unmask),
         cmocka_unit_test(test_below_threshold_abandoned),
+        cmocka_unit_test(test_malicious_unmask_shares),
+        cmocka_unit_test(test_malicious_sealed_shares),
         cmocka_unit_test(test_memory_holds_no_update),
     };
     return procs_run_tests("secagg_e2e", tests, sizeof tests / sizeof tests[0], dir, sizeof dir);

@@ -21,7 +21,9 @@ struct fm_sa_client {
     fm_sa_keys_t *u1; /* U1's keys, by number: u1[j - 1] (who 0: absent) */
     /* the shares of every client of U1 (itself too), by owner: [j - 1][kind] */
     uint8_t (*held)[2][FM_SHAMIR_Y_BYTES];
-    bool *has; /* has[j - 1]: j's shares are held (j in U2 as this client saw it) */
+    bool *in2; /* in2[j - 1]: j's shares were given to it, opened or not (j in U2 as this client saw it) */
+    bool *has; /* has[j - 1]: j's shares opened and held (itself included) */
+    uint32_t *unopened, nunopened; /* the clients whose sealed shares did not open */
     bool masked, unmasked; /* phases 2 and 3 done: each at most once */
 };
 
@@ -109,7 +111,8 @@ fm_status fm_sa_client_new(fm_sa_client_t **out, uint32_t who, uint32_t n, uint3
                    who, n);
     fm_sa_client_t *c = calloc(1, sizeof *c);
     if (!c || !(c->u1 = calloc(n, sizeof *c->u1)) || !(c->held = calloc(n, sizeof *c->held)) ||
-        !(c->has = calloc(n, sizeof *c->has))) {
+        !(c->has = calloc(n, sizeof *c->has)) || !(c->in2 = calloc(n, sizeof *c->in2)) ||
+        !(c->unopened = calloc(n, sizeof *c->unopened))) {
         fm_sa_client_destroy(&c);
         return FM_ERR_NOMEM;
     }
@@ -143,6 +146,8 @@ void fm_sa_client_destroy(fm_sa_client_t **cp)
     free(c->u1);
     free(c->held);
     free(c->has);
+    free(c->in2);
+    free(c->unopened);
     OPENSSL_cleanse(c, sizeof *c);
     free(c);
     *cp = NULL;
@@ -191,7 +196,7 @@ fm_status fm_sa_client_share(fm_sa_client_t *c, const fm_sa_keys_t *u1, uint32_t
         if (j == c->who) { /* its own shares of its own secrets: it answers for itself in phase 3 */
             memcpy(c->held[j - 1][0], sb[j - 1].y, FM_SHAMIR_Y_BYTES);
             memcpy(c->held[j - 1][1], ss[j - 1].y, FM_SHAMIR_Y_BYTES);
-            c->has[j - 1] = true;
+            c->has[j - 1] = c->in2[j - 1] = true;
             continue;
         }
         uint8_t key[32], nonce[FM_GCM_NONCE_BYTES], aad[16], plain[FM_SA_SEALED_BYTES];
@@ -229,13 +234,18 @@ fm_status fm_sa_client_mask(fm_sa_client_t *c, const fm_sa_sealed_t *in, uint32_
         if (!(x[i] >= -FM_AGG_MAX_ABS && x[i] <= FM_AGG_MAX_ABS)) /* (NaN fails too) */
             return bad(FM_ERR_ARG, "secure aggregation: client %u's value %u is not finite or beyond 2^30", c->who,
                        (uint32_t)i);
-    /* every share opened before any is kept: a refused call changes nothing */
+    /* every share checked and opened before any is kept: a refused call
+     * changes nothing. A share that does not open (tampered on the way, or
+     * sealed wrong by its sender) is not a refusal: the client still masks
+     * with its sender (the pair mask comes from the public keys) and holds
+     * none of its shares; the coordinator rebuilds that client's secret from
+     * the others' (fm_sa_client_unopened names it) */
     uint8_t (*opened)[FM_SA_SEALED_BYTES] = malloc(sizeof *opened * (k ? k : 1));
-    bool *seen = calloc(c->n, sizeof *seen);
-    fm_status st = opened && seen ? FM_OK : FM_ERR_NOMEM;
+    bool *seen = calloc(c->n, sizeof *seen), *ok = calloc(k ? k : 1, sizeof *ok);
+    fm_status st = opened && seen && ok ? FM_OK : FM_ERR_NOMEM;
     for (uint32_t i = 0; st == FM_OK && i < k; i++) {
         uint32_t j = in[i].from;
-        if (in[i].to != c->who || j < 1 || j > c->n || j == c->who || !c->u1[j - 1].who || c->has[j - 1] ||
+        if (in[i].to != c->who || j < 1 || j > c->n || j == c->who || !c->u1[j - 1].who || c->in2[j - 1] ||
             seen[j - 1]) {
             st = bad(FM_ERR_FORMAT, "secure aggregation: shares from %u for %u are not this client's to take", j,
                      in[i].to);
@@ -245,14 +255,17 @@ fm_status fm_sa_client_mask(fm_sa_client_t *c, const fm_sa_sealed_t *in, uint32_
         uint8_t key[32], nonce[FM_GCM_NONCE_BYTES], aad[16];
         st = seal_key(c, c->u1[j - 1].c_pk, j, c->who, key, nonce, aad);
         if (st == FM_OK)
-            st = fm_gcm_open(key, nonce, aad, sizeof aad, in[i].sealed, FM_SA_SEALED_BYTES, in[i].tag, opened[i]);
+            ok[i] = fm_gcm_open(key, nonce, aad, sizeof aad, in[i].sealed, FM_SA_SEALED_BYTES, in[i].tag,
+                                opened[i]) == FM_OK;
         OPENSSL_cleanse(key, sizeof key);
-        if (st != FM_OK)
-            st = bad(FM_ERR_FORMAT, "secure aggregation: the shares client %u sealed for client %u do not open", j,
-                     c->who);
     }
     for (uint32_t i = 0; st == FM_OK && i < k; i++) {
         uint32_t j = in[i].from;
+        c->in2[j - 1] = true;
+        if (!ok[i]) {
+            c->unopened[c->nunopened++] = j;
+            continue;
+        }
         memcpy(c->held[j - 1][0], opened[i], FM_SHAMIR_Y_BYTES);
         memcpy(c->held[j - 1][1], opened[i] + FM_SHAMIR_Y_BYTES, FM_SHAMIR_Y_BYTES);
         c->has[j - 1] = true;
@@ -261,13 +274,14 @@ fm_status fm_sa_client_mask(fm_sa_client_t *c, const fm_sa_sealed_t *in, uint32_
         OPENSSL_cleanse(opened, sizeof *opened * (k ? k : 1));
     free(opened);
     free(seen);
+    free(ok);
     if (st != FM_OK)
         return st;
     c->masked = true;
     fm_sa_encode(x, d, weight, out);
     st = add_mask(out, d, c->b, +1);
-    for (uint32_t j = 1; st == FM_OK && j <= c->n; j++) { /* U2: the clients whose shares it holds */
-        if (j == c->who || !c->has[j - 1])
+    for (uint32_t j = 1; st == FM_OK && j <= c->n; j++) { /* U2: the clients whose shares it was given */
+        if (j == c->who || !c->in2[j - 1])
             continue;
         uint8_t seed[32];
         if ((st = agree(c->s_sk, c->u1[j - 1].s_pk, "fedmoe secagg mask", c->round, c->who, j, seed)) == FM_OK)
@@ -290,7 +304,7 @@ fm_status fm_sa_client_unmask(fm_sa_client_t *c, const uint32_t *u3, uint32_t k,
         return FM_ERR_NOMEM;
     fm_status st = FM_OK;
     for (uint32_t i = 0; i < k && st == FM_OK; i++) {
-        if (u3[i] < 1 || u3[i] > c->n || !c->has[u3[i] - 1] || in3[u3[i] - 1])
+        if (u3[i] < 1 || u3[i] > c->n || !c->in2[u3[i] - 1] || in3[u3[i] - 1])
             st = bad(FM_ERR_STATE, "secure aggregation: client %u is in U3 but did not share (or twice), told to %u",
                      u3[i], c->who);
         else
@@ -310,6 +324,13 @@ fm_status fm_sa_client_unmask(fm_sa_client_t *c, const uint32_t *u3, uint32_t k,
     }
     free(in3);
     return st;
+}
+
+uint32_t fm_sa_client_unopened(const fm_sa_client_t *c, uint32_t *who, uint32_t cap)
+{
+    for (uint32_t i = 0; i < c->nunopened && i < cap; i++)
+        who[i] = c->unopened[i];
+    return c->nunopened;
 }
 
 /* ---- the coordinator --------------------------------------------------------- */
@@ -394,8 +415,10 @@ static fm_status rebuild(const fm_sa_share_t *shares, uint32_t n, const fm_sa_ke
 }
 
 fm_status fm_sa_unmask(fm_u128 *sum, size_t d, uint32_t t, uint64_t round, const fm_sa_keys_t *u2, uint32_t k2,
-                       const uint32_t *u3, uint32_t k3, const fm_sa_share_t *shares, uint32_t nshares)
+                       const uint32_t *u3, uint32_t k3, const fm_sa_share_t *shares, uint32_t nshares,
+                       uint32_t *unbuilt)
 {
+    *unbuilt = 0;
     if (k3 < t)
         return bad(FM_ERR_STATE, "secure aggregation: %u masked inputs, fewer than the threshold %u", k3, t);
     /* who is in U2 (bit 1) and U3 (bit 2), by number: U2 without repeats, U3
@@ -425,8 +448,10 @@ fm_status fm_sa_unmask(fm_u128 *sum, size_t d, uint32_t t, uint64_t round, const
         uint32_t j = u2[i].who;
         bool survived = in[j] & 2;
         uint8_t secret[32];
-        if ((st = rebuild(shares, nshares, &u2[i], survived ? 0 : 1, t, round, scratch, secret)) != FM_OK)
+        if ((st = rebuild(shares, nshares, &u2[i], survived ? 0 : 1, t, round, scratch, secret)) != FM_OK) {
+            *unbuilt = j;
             break;
+        }
         if (survived) { /* its self mask */
             st = add_mask(sum, d, secret, -1);
         } else { /* it dropped after sharing: the pair masks the survivors added with it */

@@ -88,14 +88,21 @@ void fm_sa_client_keys(const fm_sa_client_t *c, fm_sa_keys_t *out);
 fm_status fm_sa_client_share(fm_sa_client_t *c, const fm_sa_keys_t *u1, uint32_t k, fm_sa_sealed_t *out);
 /* Phase 2, once: opens the sealed shares addressed to it (k: U2 but itself,
  * each from a client of U1), then writes its masked input: d + 1 values (the
- * update in fixed point, then the weight). A share that does not open (a
- * wrong key, tampered, another round's) is FM_ERR_FORMAT naming its sender;
- * fewer than t - 1 is FM_ERR_STATE; a value not finite or beyond
- * FM_AGG_MAX_ABS, or a weight outside 1..FM_AGG_MAX_WEIGHT, FM_ERR_ARG (the
- * aggregator's own bounds: the ring cannot wrap). A refused call keeps none
- * of its shares: the client can be given them again. */
+ * update in fixed point, then the weight), with a pair mask for every client
+ * of U2. A share that does not open (a wrong key, tampered, another round's)
+ * is detected by GCM and not held: the input is masked all the same, and
+ * fm_sa_client_unopened names its sender (whose secret the coordinator must
+ * rebuild from the others' shares). An entry not addressed to it, from a
+ * client not in U1, or repeated is FM_ERR_FORMAT; fewer than t - 1 is
+ * FM_ERR_STATE; a value not finite or beyond FM_AGG_MAX_ABS, or a weight
+ * outside 1..FM_AGG_MAX_WEIGHT, FM_ERR_ARG (the aggregator's own bounds: the
+ * ring cannot wrap). A refused call keeps none of its shares: the client can
+ * be given them again. */
 fm_status fm_sa_client_mask(fm_sa_client_t *c, const fm_sa_sealed_t *in, uint32_t k, const float *x, size_t d,
                             uint64_t weight, fm_u128 *out);
+/* The clients whose sealed shares did not open in phase 2: their count, and
+ * up to cap of their numbers in who. */
+uint32_t fm_sa_client_unopened(const fm_sa_client_t *c, uint32_t *who, uint32_t cap);
 /* Phase 3, once and after phase 2: told U3 (k numbers, its own among them),
  * writes its shares into out (at most |U2|: b for U3, the s key for U2 but
  * not U3) and their count. FM_ERR_STATE for fewer than t, a client of U3
@@ -113,11 +120,14 @@ void fm_sa_sum_add(fm_u128 *sum, const fm_u128 *y, size_t d);
  * its shares are tried: first every run of t consecutive ones (cyclically),
  * so one wrong answer among more than t costs at most k tries a secret,
  * then other choices (up to 4096). FM_ERR_FORMAT for a U2 with repeats or a
- * U3 not within it; FM_ERR_STATE when some secret cannot be rebuilt or the
- * result is out of what k3 updates can sum to (a mask left in): the round is
- * abandoned, never unmasked wrong. */
+ * U3 not within it; FM_ERR_STATE when some secret cannot be rebuilt (its
+ * owner's number in *unbuilt: a client whose shares were sealed wrong for
+ * too many, or that too few answered) or the result is out of what k3
+ * updates can sum to (a mask left in): the round is abandoned, never
+ * unmasked wrong. */
 fm_status fm_sa_unmask(fm_u128 *sum, size_t d, uint32_t t, uint64_t round, const fm_sa_keys_t *u2, uint32_t k2,
-                       const uint32_t *u3, uint32_t k3, const fm_sa_share_t *shares, uint32_t nshares);
+                       const uint32_t *u3, uint32_t k3, const fm_sa_share_t *shares, uint32_t nshares,
+                       uint32_t *unbuilt);
 
 /* An update in the ring: weight x x[i] x 2^40, truncated (the aggregator's
  * fixed point), then the weight. */
