@@ -17,6 +17,7 @@
 #include "fedmoe/dp.h"
 #include "fedmoe/clientdata.h"
 #include "fedmoe/log.h"
+#include "fedmoe/secagg.h"
 #include "procs.h"
 
 /* ---- cases ------------------------------------------------------------------- */
@@ -557,10 +558,100 @@ static void test_dp_budget_ends_run(void **state)
     }
 }
 
+/* ---- secure aggregation: what the coordinator takes, and when ---------------- */
+
+/* A SecAgg message of phase 0 from id: its keys, claiming number who, echoing
+ * nonce (16 bytes). */
+static void sa_keys(fm_coordinator_t *c, const char *id, uint32_t round, uint32_t phase, uint32_t who,
+                    const uint8_t *nonce, double now)
+{
+    uint8_t priv[32], cpk[32], spk[32], commit[32] = {1};
+    assert_int_equal(fm_x25519_keypair(priv, cpk), FM_OK);
+    assert_int_equal(fm_x25519_keypair(priv, spk), FM_OK);
+    Fedmoe__SecAggKeys k = FEDMOE__SEC_AGG_KEYS__INIT, *list[1] = {&k};
+    k.who = who;
+    k.c_pk = (ProtobufCBinaryData){32, cpk};
+    k.s_pk = (ProtobufCBinaryData){32, spk};
+    k.b_commit = (ProtobufCBinaryData){32, commit};
+    Fedmoe__SecAgg m = FEDMOE__SEC_AGG__INIT;
+    m.round = round;
+    m.phase = phase;
+    m.nonce = (ProtobufCBinaryData){16, (uint8_t *)nonce};
+    m.keys = list;
+    m.n_keys = 1;
+    Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
+    env.body_case = FEDMOE__ENVELOPE__BODY_SECAGG;
+    env.secagg = &m;
+    inject(c, id, &env, now);
+}
+
+/* Secure aggregation's phases take each client's answer once, in its phase,
+ * under its own number and its task's nonce: a replayed message, one with
+ * another nonce, one claiming another's number, one of the wrong phase and an
+ * Update before its phase are refused (the last two end the sender's part),
+ * and the round goes on with the others: phase 1 sends the keys of the four
+ * that advertised to those four. */
+static void test_secagg_takes_each_answer_once(void **state)
+{
+    (void)state;
+    fm_server_config_t cfg;
+    small_config(&cfg, 5, 3);
+    cfg.spec.strategy = FM_STRATEGY_FEDAVG;
+    cfg.spec.secure_aggregation = true;
+    run_spec = cfg.spec;
+    assert_int_equal(fm_run_spec_finish(&run_spec), FM_OK);
+    fm_coordinator_t *c = start(&cfg);
+    const char *ids[] = {"a", "b", "c", "d", "e"};
+    for (int i = 0; i < 5; i++)
+        hello(c, ids[i], 100, 0.0);
+    assert_int_equal(fm_coordinator_tick(c, 0.0), FM_OK);
+    uint8_t nonce[5][16];
+    uint32_t who[5];
+    for (int i = 0; i < 5; i++) {
+        Fedmoe__Envelope *t = NULL;
+        assert_int_equal(count_sent(ids[i], FEDMOE__ENVELOPE__BODY_TASK, &t), 1);
+        assert_non_null(t->task->secagg);
+        assert_int_equal(t->task->secagg->n, 5);
+        assert_int_equal(t->task->secagg->t, 3);
+        assert_int_equal(t->task->secagg->weight, 100);
+        who[i] = t->task->secagg->who;
+        memcpy(nonce[i], t->task->nonce.data, 16);
+    }
+    uint8_t other[16] = {0};
+    sa_keys(c, "a", 1, 0, who[0], other, 1.0); /* another task's nonce */
+    assert_int_equal(last_error_code("a"), FM_WIRE_WRONG_ROUND);
+    sa_keys(c, "a", 1, 0, who[0], nonce[0], 1.0);
+    int errors = count_sent("a", FEDMOE__ENVELOPE__BODY_ERROR, NULL);
+    sa_keys(c, "a", 1, 0, who[0], nonce[0], 1.0); /* replayed */
+    assert_int_equal(count_sent("a", FEDMOE__ENVELOPE__BODY_ERROR, NULL), errors + 1);
+    assert_int_equal(last_error_code("a"), FM_WIRE_WRONG_ROUND);
+    sa_keys(c, "b", 1, 0, who[0], nonce[1], 1.0); /* a's number */
+    assert_int_equal(last_error_code("b"), FM_WIRE_BAD_VALUE);
+    sa_keys(c, "c", 1, 1, who[2], nonce[2], 1.0); /* phase 1 in phase 0 */
+    assert_int_equal(last_error_code("c"), FM_WIRE_WRONG_ROUND);
+    for (int i = 2; i < 5; i++)
+        sa_keys(c, ids[i], 1, 0, who[i], nonce[i], 2.0);
+    assert_int_equal(fm_coordinator_tick(c, 2.0), FM_OK); /* every one still expected answered: phase 1 */
+    for (int i = 0; i < 5; i++) {
+        Fedmoe__Envelope *m = NULL;
+        assert_int_equal(count_sent(ids[i], FEDMOE__ENVELOPE__BODY_SECAGG, &m), i == 1 ? 0 : 1);
+        if (m) {
+            assert_int_equal(m->secagg->phase, 1);
+            assert_int_equal(m->secagg->n_keys, 4);
+        }
+    }
+    sa_keys(c, "d", 1, 0, who[3], nonce[3], 3.0); /* phase 0's answer again, in phase 1 */
+    assert_int_equal(last_error_code("d"), FM_WIRE_WRONG_ROUND);
+    update(c, "e", 0.1f, 100, HONEST, 3.0); /* a plain Update: not in phase 2, not masked */
+    assert_int_equal(last_error_code("e"), FM_WIRE_WRONG_ROUND);
+    finish(&c);
+}
+
 int main(void)
 {
     fm_log_set_level(FM_LOG_ERROR);
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_secagg_takes_each_answer_once),
         cmocka_unit_test(test_quorum_reached),
         cmocka_unit_test(test_deadline_with_straggler),
         cmocka_unit_test(test_refused_update_ends_its_part),
