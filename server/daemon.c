@@ -325,10 +325,13 @@ fm_status fm_coordinator_run(const fm_server_config_t *cfg, volatile sig_atomic_
     fm_conns_totals(d.conns, &accepted, failed);
     if (getrusage(RUSAGE_SELF, &ru) == 0) /* (tests and benchmarks read it) */
         fm_info("peak memory %ld KB (maximum resident set), %d connections at the end; %llu accepted since the "
-                "start, %llu handshakes failed (%llu broken or timed out, %llu refused, %llu protocol errors)",
+                "start, %llu handshakes failed (%llu broken or timed out, %llu refused, %llu protocol errors); "
+                "CPU %.2f s (user and system)",
                 ru.ru_maxrss, fm_conns_open_count(d.conns), (unsigned long long)accepted,
                 (unsigned long long)(failed[0] + failed[1] + failed[2]), (unsigned long long)failed[0],
-                (unsigned long long)failed[1], (unsigned long long)failed[2]);
+                (unsigned long long)failed[1], (unsigned long long)failed[2],
+                (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+                    ru.ru_stime.tv_usec / 1e6);
 out:
     fm_conns_close(&d.conns); /* before its socket */
     fm_coordinator_destroy(&c);
