@@ -3,13 +3,13 @@
  * (textdata.h). */
 #include "fedmoe/textdata.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "fedmoe/dir.h"
 #include "fedmoe/log.h"
 #include "textdata_internal.h"
 
@@ -170,73 +170,10 @@ static fm_status add_fortunes(builder_t *b, int lang, const uint8_t *s, size_t n
 
 /* ---- folders ------------------------------------------------------------------- */
 
-typedef struct {
-    char **names;
-    int n;
-} names_t;
-
-static void names_free(names_t *l)
-{
-    for (int i = 0; i < l->n; i++)
-        free(l->names[i]);
-    free(l->names);
-    memset(l, 0, sizeof *l);
-}
-
-static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
-/* The names in dir of regular files (want_dirs false) or folders (true), not
- * symbolic links nor hidden, sorted (the same order on every machine). */
-static fm_status list_dir(const char *dir, bool want_dirs, names_t *out)
-{
-    memset(out, 0, sizeof *out);
-    DIR *d = opendir(dir);
-    if (!d) {
-        fm_error_set("%s: cannot open the folder: %s", dir, strerror(errno));
-        return FM_ERR_IO;
-    }
-    fm_status st = FM_OK;
-    int cap = 0;
-    struct dirent *e;
-    while (st == FM_OK && (e = readdir(d))) {
-        char path[4096];
-        struct stat sb;
-        if (e->d_name[0] == '.' || snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= (int)sizeof path ||
-            lstat(path, &sb) != 0 || (want_dirs ? !S_ISDIR(sb.st_mode) : !S_ISREG(sb.st_mode)))
-            continue;
-        if (out->n == cap) {
-            cap = cap ? 2 * cap : 64;
-            char **g = realloc(out->names, sizeof(char *) * cap);
-            if (!g) {
-                st = FM_ERR_NOMEM;
-                break;
-            }
-            out->names = g;
-        }
-        if (!(out->names[out->n] = strdup(e->d_name)))
-            st = FM_ERR_NOMEM;
-        else
-            out->n++;
-    }
-    closedir(d);
-    if (st != FM_OK) {
-        names_free(out);
-        return st;
-    }
-    if (out->n > 1)
-        qsort(out->names, out->n, sizeof(char *), cmp_name);
-    return FM_OK;
-}
-
-static bool has_name(const names_t *l, const char *name)
-{
-    return l->n > 0 && bsearch(&name, l->names, l->n, sizeof(char *), cmp_name) != NULL;
-}
-
 /* A fortune file's name worth reading: not an index (.dat), not a .u8 copy
  * of a file beside it (read in its place when the file is not UTF-8), not a
  * language file of the root (brasil). */
-static bool fortune_file(const names_t *files, const char *name, bool root)
+static bool fortune_file(const fm_names_t *files, const char *name, bool root)
 {
     size_t n = strlen(name);
     char base[512];
@@ -245,7 +182,7 @@ static bool fortune_file(const names_t *files, const char *name, bool root)
     if (n > 3 && n - 3 < sizeof base && strcmp(name + n - 3, ".u8") == 0) {
         memcpy(base, name, n - 3);
         base[n - 3] = 0;
-        if (has_name(files, base))
+        if (fm_names_has(files, base))
             return false;
     }
     return !(root && strcmp(name, "brasil") == 0);
@@ -282,14 +219,14 @@ static fm_status load_fortune_lang(builder_t *b, const char *root, int L, int la
     snprintf(dir, sizeof dir, "%s%s%s", root, f->dir[0] ? "/" : "", f->dir);
     struct stat sb;
     bool single = stat(dir, &sb) == 0 && S_ISREG(sb.st_mode); /* (pt: one file) */
-    names_t files = {0};
-    fm_status st = single ? FM_OK : stat(dir, &sb) == 0 ? list_dir(dir, false, &files) : FM_ERR_IO;
+    fm_names_t files = {0};
+    fm_status st = single ? FM_OK : stat(dir, &sb) == 0 ? fm_dir_names(dir, FM_DIR_FILES, &files) : FM_ERR_IO;
     size_t before = b->c->docs;
     for (int i = 0; st == FM_OK && i < (single ? 1 : files.n); i++)
         if (single || (fortune_file(&files, files.names[i], !f->dir[0]) &&
                        snprintf(path, sizeof path, "%s/%s", dir, files.names[i]) < (int)sizeof path))
             st = add_fortune_file(b, lang, single ? dir : path);
-    names_free(&files);
+    fm_names_free(&files);
     if (st == FM_OK && b->c->docs == before)
         st = FM_ERR_IO;
     if (st == FM_ERR_IO)
@@ -322,7 +259,7 @@ static fm_status load_fortunes(builder_t *b, const char *list, const char *root,
 
 /* Every file of dir as one document of language `lang`; user files must be
  * non-empty UTF-8 without NUL bytes. */
-static fm_status load_user_files(builder_t *b, const char *dir, const names_t *files, int lang)
+static fm_status load_user_files(builder_t *b, const char *dir, const fm_names_t *files, int lang)
 {
     for (int i = 0; i < files->n; i++) {
         char path[4096];
@@ -370,10 +307,10 @@ fm_status text_new_language(fm_text_corpus_t *c, const char *prefix, const char 
 
 static fm_status load_user(builder_t *b, const char *dir)
 {
-    names_t files = {0}, dirs = {0};
-    fm_status st = list_dir(dir, false, &files);
+    fm_names_t files = {0}, dirs = {0};
+    fm_status st = fm_dir_names(dir, FM_DIR_FILES, &files);
     if (st == FM_OK)
-        st = list_dir(dir, true, &dirs);
+        st = fm_dir_names(dir, FM_DIR_FOLDERS, &dirs);
     if (st == FM_OK && files.n > 0) {
         const char *base = strrchr(dir, '/');
         if ((st = text_new_language(b->c, NULL, base && base[1] ? base + 1 : dir)) == FM_OK)
@@ -381,14 +318,14 @@ static fm_status load_user(builder_t *b, const char *dir)
     }
     for (int i = 0; st == FM_OK && i < dirs.n; i++) {
         char sub[4096];
-        names_t in = {0};
+        fm_names_t in = {0};
         snprintf(sub, sizeof sub, "%s/%s", dir, dirs.names[i]);
-        if ((st = list_dir(sub, false, &in)) == FM_OK && in.n > 0 && (st = text_new_language(b->c, NULL, dirs.names[i])) == FM_OK)
+        if ((st = fm_dir_names(sub, FM_DIR_FILES, &in)) == FM_OK && in.n > 0 && (st = text_new_language(b->c, NULL, dirs.names[i])) == FM_OK)
             st = load_user_files(b, sub, &in, b->c->languages - 1);
-        names_free(&in);
+        fm_names_free(&in);
     }
-    names_free(&files);
-    names_free(&dirs);
+    fm_names_free(&files);
+    fm_names_free(&dirs);
     if (st == FM_OK && b->c->docs == 0) {
         fm_error_set("text:%s: no files (one UTF-8 file a document; subfolders one language each)", dir);
         st = FM_ERR_ARG;

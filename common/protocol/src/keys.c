@@ -1,7 +1,6 @@
 /* keys.c - CURVE key files (read, write, generate) and the allow-list. */
 #include "fedmoe/keys.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -11,6 +10,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "fedmoe/dir.h"
 #include "fedmoe/log.h"
 #include "fedmoe/id.h"
 
@@ -247,15 +247,16 @@ static bool ends_with(const char *s, const char *tail)
 /* Reads dir's .pub files into a->by_key (unsorted). */
 static fm_status read_dir(fm_allowlist_t *a, const char *dir)
 {
-    DIR *d = opendir(dir);
-    if (!d) {
-        fm_error_set("cannot read the allow-list folder %s: %s", dir, strerror(errno));
-        return FM_ERR_IO;
+    fm_names_t files;
+    fm_status st = fm_dir_names(dir, FM_DIR_FILES | FM_DIR_FOLLOW, &files);
+    if (st == FM_ERR_IO) {
+        char why[1400];
+        snprintf(why, sizeof why, "%s", fm_error_last());
+        fm_error_set("the allow-list: %s", why);
     }
-    fm_status st = FM_OK;
     size_t cap = 0;
-    for (struct dirent *e; st == FM_OK && (e = readdir(d));) {
-        if (!ends_with(e->d_name, ".pub"))
+    for (int i = 0; st == FM_OK && i < files.n; i++) {
+        if (!ends_with(files.names[i], ".pub"))
             continue;
         if (a->n == ALLOW_MAX) {
             fm_error_set("%s: more than %d keys", dir, ALLOW_MAX);
@@ -273,14 +274,14 @@ static fm_status read_dir(fm_allowlist_t *a, const char *dir)
         }
         char path[1400];
         fm_key_t k;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        snprintf(path, sizeof path, "%s/%s", dir, files.names[i]);
         if ((st = fm_key_read(path, false, &k)) != FM_OK)
             break;
         fm_key_binary(k.public_z85, a->by_key[a->n].key);
         snprintf(a->by_key[a->n].id, sizeof a->by_key[a->n].id, "%s", k.id);
         a->n++;
     }
-    closedir(d);
+    fm_names_free(&files);
     return st;
 }
 
