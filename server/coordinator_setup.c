@@ -153,6 +153,12 @@ static fm_status check_config(const fm_server_config_t *cfg)
         fm_error_set("rounds and min-clients must be at least 1, fraction in (0, 1], timeouts positive");
         return FM_ERR_ARG;
     }
+    if (cfg->spec.secure_aggregation && cfg->min_clients < 3) {
+        /* (every client gets the mean: with two, each could tell the other's update from it) */
+        fm_error_set("--secure-aggregation hides an update only in a sum of at least three: give --min-clients 3 or "
+                     "more (it is %d)", cfg->min_clients);
+        return FM_ERR_ARG;
+    }
     return FM_OK;
 }
 

@@ -595,9 +595,13 @@ static void test_secagg_takes_each_answer_once(void **state)
 {
     (void)state;
     fm_server_config_t cfg;
-    small_config(&cfg, 5, 3);
+    small_config(&cfg, 5, 2);
     cfg.spec.strategy = FM_STRATEGY_FEDAVG;
     cfg.spec.secure_aggregation = true;
+    fm_coordinator_t *two = NULL; /* (a sum of two tells each its peer's update) */
+    assert_int_equal(fm_coordinator_new(&two, &cfg, NULL, NULL), FM_ERR_ARG);
+    assert_non_null(strstr(fm_error_last(), "at least three"));
+    cfg.min_clients = 3;
     run_spec = cfg.spec;
     assert_int_equal(fm_run_spec_finish(&run_spec), FM_OK);
     fm_coordinator_t *c = start(&cfg);
