@@ -86,6 +86,8 @@ static void send_hello(session_t *s)
 static void sa_reset(session_t *s)
 {
     fm_sa_client_destroy(&s->sa.sa);
+    fm_wire_free(s->sa.env);
+    s->sa.env = NULL;
     if (s->sa.x)
         memset(s->sa.x, 0, sizeof(float) * s->sa.nx);
     free(s->sa.x);
@@ -423,11 +425,14 @@ static fm_status take_task(session_t *s, const Fedmoe__Task *t)
     return FM_OK;
 }
 
+static fm_status sa_mask(session_t *s, const Fedmoe__SecAgg *m);
+
 void fm_session_work(fm_session_t *s, volatile sig_atomic_t *stop)
 {
     s->stop = stop;
     memset(&s->result, 0, sizeof s->result);
-    s->result.st = take_task(s, s->task);
+    s->result.masked = s->sa.env != NULL;
+    s->result.st = s->sa.env ? sa_mask(s, s->sa.env->secagg) : take_task(s, s->task);
     if (s->result.st != FM_OK)
         snprintf(s->result.why, sizeof s->result.why, "%s", fm_error_last());
 }
@@ -474,10 +479,10 @@ static void send_sa(session_t *s, Fedmoe__SecAgg *m, int phase)
 
 /* The masking failed (a peer's share that does not open, keys that do not
  * agree): this client's part in the round ends, said to the coordinator. */
-static void sa_fail(session_t *s, int phase)
+static void sa_fail(session_t *s, int phase, const char *reason)
 {
-    char why[400];
-    snprintf(why, sizeof why, "round %u: secure aggregation, phase %d: %s", s->sa.round, phase, fm_error_last());
+    char why[700];
+    snprintf(why, sizeof why, "round %u: secure aggregation, phase %d: %s", s->sa.round, phase, reason);
     reply_error(s, FM_WIRE_BAD_VALUE, why);
     sa_reset(s);
 }
@@ -489,7 +494,7 @@ static void sa_advertise(session_t *s)
     if (upload_hook && upload_hook->phase)
         upload_hook->phase(s->sa.round, 0);
     if (fm_sa_client_new(&s->sa.sa, a->who, a->n, a->t, s->sa.round) != FM_OK) {
-        sa_fail(s, 0);
+        sa_fail(s, 0, fm_error_last());
         return;
     }
     fm_sa_keys_t k;
@@ -551,8 +556,10 @@ static fm_status sa_share(session_t *s, const Fedmoe__SecAgg *m)
     return st;
 }
 
-/* Phase 2: the shares sealed for this client in, its Update with the masked
- * input out (kept, and sent when granted, as any Update). */
+/* Phase 2, the job (on a worker, as training: n - 1 pair masks of the whole
+ * update): the shares sealed for this client in, its Update with the masked
+ * input made into the job's result (work_done keeps it, sent when granted,
+ * as any Update). */
 static fm_status sa_mask(session_t *s, const Fedmoe__SecAgg *m)
 {
     uint32_t k = (uint32_t)m->n_sealed;
@@ -591,7 +598,11 @@ static fm_status sa_mask(session_t *s, const Fedmoe__SecAgg *m)
     }
     if (st == FM_OK) {
         memset(s->sa.x, 0, sizeof(float) * s->sa.nx); /* (masked: the plain values are not needed again) */
-        keep_update(s, bytes, len, s->sa.round, s->sa.nonce);
+        job_result_t *r = &s->result;
+        r->bytes = bytes;
+        r->len = len;
+        r->round = s->sa.round;
+        memcpy(r->nonce, s->sa.nonce, FM_NONCE_BYTES);
     }
     free(in);
     free(y);
@@ -629,32 +640,60 @@ static fm_status sa_unmask(session_t *s, const Fedmoe__SecAgg *m)
     return st;
 }
 
-static void handle_secagg(session_t *s, const Fedmoe__SecAgg *m)
+/* A SecAgg message: phases 1 and 3 answered at once; phase 2 kept as the
+ * job (returns true: the session owns env). */
+static bool handle_secagg(session_t *s, Fedmoe__Envelope *env)
 {
+    const Fedmoe__SecAgg *m = env->secagg;
     int phase = (int)m->phase;
     if (!s->sa.sa || m->round != s->sa.round || m->nonce.len != FM_NONCE_BYTES ||
         memcmp(m->nonce.data, s->sa.nonce, FM_NONCE_BYTES) != 0 || phase != s->sa.phase) {
         fm_debug("secure aggregation: phase %d of round %u is not the one this client is at (ignored)", phase,
                  m->round);
-        return;
+        return false;
     }
     if (upload_hook && upload_hook->phase)
         upload_hook->phase(s->sa.round, phase);
-    fm_status st = phase == 1 ? sa_share(s, m) : phase == 2 ? sa_mask(s, m) : sa_unmask(s, m);
+    if (phase == 2) {
+        s->sa.env = env;
+        return true;
+    }
+    fm_status st = phase == 1 ? sa_share(s, m) : sa_unmask(s, m);
     if (st != FM_OK) {
-        sa_fail(s, phase);
-        return;
+        sa_fail(s, phase, fm_error_last());
+        return false;
     }
     if (phase == 3)
         sa_reset(s); /* (the round's part is done) */
     else
         s->sa.phase = phase + 1;
+    return false;
+}
+
+/* Phase 2's job done: the masked Update kept (sent when granted), or the
+ * failure said to the coordinator (its part ends; the session goes on). */
+static void masked_done(session_t *s)
+{
+    job_result_t *r = &s->result;
+    fm_wire_free(s->sa.env);
+    s->sa.env = NULL;
+    if (r->st != FM_OK) {
+        sa_fail(s, 2, r->why);
+        return;
+    }
+    s->sa.phase = 3;
+    keep_update(s, r->bytes, r->len, r->round, r->nonce);
+    r->bytes = NULL;
 }
 
 fm_status fm_session_work_done(fm_session_t *s, double now)
 {
     s->now = now;
     job_result_t *r = &s->result;
+    if (r->masked) {
+        masked_done(s);
+        return FM_OK;
+    }
     uint32_t round = s->task->round;
     fm_wire_free(s->task_env);
     s->task_env = NULL;
@@ -746,7 +785,7 @@ fm_status fm_session_handle(fm_session_t *s, const uint8_t *msg, size_t len, dou
     switch (env->body_case) {
     case FEDMOE__ENVELOPE__BODY_WELCOME: st = handle_welcome(s, env->welcome); break;
     case FEDMOE__ENVELOPE__BODY_TASK:
-        if (s->task) { /* (the owner's mistake: one job at a time) */
+        if (fm_session_job_waiting(s)) { /* (the owner's mistake: one job at a time) */
             fm_wire_free(env);
             fm_error_set("a Task handed to a session whose job is out");
             return FM_ERR_STATE;
@@ -754,7 +793,10 @@ fm_status fm_session_handle(fm_session_t *s, const uint8_t *msg, size_t len, dou
         handle_task(s, env);
         return FM_OK; /* (the job owns env) */
     case FEDMOE__ENVELOPE__BODY_GRANT: handle_grant(s, env->grant); break;
-    case FEDMOE__ENVELOPE__BODY_SECAGG: handle_secagg(s, env->secagg); break;
+    case FEDMOE__ENVELOPE__BODY_SECAGG:
+        if (handle_secagg(s, env))
+            return FM_OK; /* (the job owns env) */
+        break;
     case FEDMOE__ENVELOPE__BODY_SHUTDOWN:
         if (env->shutdown->resumable && s->run_id[0]) {
             /* (a restart, an upgrade): ZeroMQ reconnects, and the heartbeat
@@ -824,7 +866,7 @@ fm_status fm_session_new(fm_session_t **out, const fm_session_config_t *cfg, con
 const char *fm_session_id(const fm_session_t *s) { return s->id; }
 bool fm_session_ended(const fm_session_t *s) { return s->ended; }
 bool fm_session_welcomed(const fm_session_t *s) { return s->welcomed; }
-bool fm_session_job_waiting(const fm_session_t *s) { return s->task != NULL; }
+bool fm_session_job_waiting(const fm_session_t *s) { return s->task != NULL || s->sa.env != NULL; }
 
 void fm_session_destroy(fm_session_t **sp)
 {

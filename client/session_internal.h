@@ -37,6 +37,7 @@ typedef struct {
     uint8_t nonce[FM_NONCE_BYTES];
     bool trained;           /* a round was trained (the state file written) */
     bool masking;           /* secure aggregation: the trained values wait in s->sa for the phases */
+    bool masked;            /* secure aggregation's phase 2 was the job: bytes is the masked Update */
     bool abandoned;         /* stopped mid-round: the state as before it, the Task not held */
 } job_result_t;
 
@@ -82,6 +83,7 @@ struct fm_session {
         uint32_t round;
         uint8_t nonce[FM_NONCE_BYTES];
         int phase;          /* the phase it answers next (1 share, 2 masked input, 3 unmask) */
+        Fedmoe__Envelope *env; /* phase 2's message, owned: masking is the job (as training is) */
         float *x;           /* the trained values, model then prompt: masked, never sent plain */
         size_t nx;
         fm_metrics_t metrics;
