@@ -498,15 +498,11 @@ static void sa_advertise(session_t *s)
         return;
     }
     fm_sa_keys_t k;
+    uint8_t record[FM_SA_KEYS_RECORD];
     fm_sa_client_keys(s->sa.sa, &k);
-    Fedmoe__SecAggKeys pb = FEDMOE__SEC_AGG_KEYS__INIT, *list[1] = {&pb};
-    pb.who = k.who;
-    pb.c_pk = (ProtobufCBinaryData){FM_X25519_BYTES, k.c_pk};
-    pb.s_pk = (ProtobufCBinaryData){FM_X25519_BYTES, k.s_pk};
-    pb.b_commit = (ProtobufCBinaryData){sizeof k.b_commit, k.b_commit};
+    fm_sa_keys_put(&k, record);
     Fedmoe__SecAgg m = FEDMOE__SEC_AGG__INIT;
-    m.keys = list;
-    m.n_keys = 1;
+    m.keys = (ProtobufCBinaryData){sizeof record, record};
     s->sa.phase = 1;
     send_sa(s, &m, 0);
 }
@@ -514,45 +510,32 @@ static void sa_advertise(session_t *s)
 /* Phase 1: U1's keys in, this client's sealed shares for each of them out. */
 static fm_status sa_share(session_t *s, const Fedmoe__SecAgg *m)
 {
-    uint32_t k = (uint32_t)m->n_keys;
+    if (m->keys.len % FM_SA_KEYS_RECORD || m->keys.len / FM_SA_KEYS_RECORD > FM_SA_MAX_CLIENTS) {
+        fm_error_set("keys of %zu bytes are not records of %d", m->keys.len, FM_SA_KEYS_RECORD);
+        return FM_ERR_FORMAT;
+    }
+    uint32_t k = (uint32_t)(m->keys.len / FM_SA_KEYS_RECORD);
     fm_sa_keys_t *u1 = calloc(k ? k : 1, sizeof *u1);
     fm_sa_sealed_t *out = calloc(k ? k : 1, sizeof *out);
-    Fedmoe__SecAggSealed *pb = calloc(k ? k : 1, sizeof *pb);
-    Fedmoe__SecAggSealed **list = calloc(k ? k : 1, sizeof *list);
-    fm_status st = u1 && out && pb && list ? FM_OK : FM_ERR_NOMEM;
-    for (uint32_t i = 0; st == FM_OK && i < k; i++) {
-        const Fedmoe__SecAggKeys *q = m->keys[i];
-        if (q->c_pk.len != FM_X25519_BYTES || q->s_pk.len != FM_X25519_BYTES || q->b_commit.len != 32) {
-            fm_error_set("keys of client %u are not 32 bytes each", q->who);
-            st = FM_ERR_FORMAT;
-            break;
-        }
-        u1[i].who = q->who;
-        memcpy(u1[i].c_pk, q->c_pk.data, FM_X25519_BYTES);
-        memcpy(u1[i].s_pk, q->s_pk.data, FM_X25519_BYTES);
-        memcpy(u1[i].b_commit, q->b_commit.data, 32);
-    }
+    uint8_t *table = malloc((size_t)FM_SA_SEALED_RECORD * (k ? k : 1));
+    fm_status st = u1 && out && table ? FM_OK : FM_ERR_NOMEM;
+    for (uint32_t i = 0; st == FM_OK && i < k; i++)
+        fm_sa_keys_get(m->keys.data + (size_t)FM_SA_KEYS_RECORD * i, &u1[i]);
     if (st == FM_OK)
         st = fm_sa_client_share(s->sa.sa, u1, k, out);
     if (st == FM_OK) {
         for (uint32_t i = 0; i + 1 < k; i++) {
-            fedmoe__sec_agg_sealed__init(&pb[i]);
-            pb[i].from = out[i].from;
-            pb[i].to = out[i].to;
-            pb[i].sealed = (ProtobufCBinaryData){FM_SA_SEALED_BYTES + FM_GCM_TAG_BYTES, out[i].sealed};
-            list[i] = &pb[i];
             if (upload_hook && upload_hook->tamper)
                 upload_hook->tamper(s->sa.round, 1, out[i].sealed, FM_SA_SEALED_BYTES + FM_GCM_TAG_BYTES);
+            fm_sa_sealed_put(&out[i], table + (size_t)FM_SA_SEALED_RECORD * i);
         }
         Fedmoe__SecAgg a = FEDMOE__SEC_AGG__INIT;
-        a.sealed = list;
-        a.n_sealed = k - 1;
+        a.sealed = (ProtobufCBinaryData){(size_t)FM_SA_SEALED_RECORD * (k - 1), table};
         send_sa(s, &a, 1);
     }
     free(u1);
     free(out);
-    free(pb);
-    free(list);
+    free(table);
     return st;
 }
 
@@ -562,22 +545,16 @@ static fm_status sa_share(session_t *s, const Fedmoe__SecAgg *m)
  * as any Update). */
 static fm_status sa_mask(session_t *s, const Fedmoe__SecAgg *m)
 {
-    uint32_t k = (uint32_t)m->n_sealed;
+    uint32_t k = (uint32_t)(m->sealed.len / FM_SA_SEALED_RECORD);
     fm_sa_sealed_t *in = calloc(k ? k : 1, sizeof *in);
     fm_u128 *y = malloc(sizeof *y * (s->sa.nx + 1));
     fm_status st = in && y ? FM_OK : FM_ERR_NOMEM;
-    for (uint32_t i = 0; st == FM_OK && i < k; i++) {
-        const Fedmoe__SecAggSealed *q = m->sealed[i];
-        if (q->sealed.len != FM_SA_SEALED_BYTES + FM_GCM_TAG_BYTES) {
-            fm_error_set("the shares of client %u are not %d bytes", q->from, FM_SA_SEALED_BYTES + FM_GCM_TAG_BYTES);
-            st = FM_ERR_FORMAT;
-            break;
-        }
-        in[i].from = q->from;
-        in[i].to = q->to;
-        memcpy(in[i].sealed, q->sealed.data, FM_SA_SEALED_BYTES);
-        memcpy(in[i].tag, q->sealed.data + FM_SA_SEALED_BYTES, FM_GCM_TAG_BYTES);
+    if (st == FM_OK && (m->sealed.len % FM_SA_SEALED_RECORD || k > FM_SA_MAX_CLIENTS)) {
+        fm_error_set("sealed shares of %zu bytes are not records of %d", m->sealed.len, FM_SA_SEALED_RECORD);
+        st = FM_ERR_FORMAT;
     }
+    for (uint32_t i = 0; st == FM_OK && i < k; i++)
+        fm_sa_sealed_get(m->sealed.data + (size_t)FM_SA_SEALED_RECORD * i, &in[i]);
     double t0 = fm_clock_seconds(); /* (a measurement: the real clock) */
     if (st == FM_OK)
         st = fm_sa_client_mask(s->sa.sa, in, k, s->sa.x, s->sa.nx, s->sa.setup.weight, y);
@@ -614,29 +591,24 @@ static fm_status sa_unmask(session_t *s, const Fedmoe__SecAgg *m)
 {
     uint32_t k = (uint32_t)m->n_survivors, n = 0;
     fm_sa_share_t *out = calloc(s->sa.setup.n, sizeof *out);
-    Fedmoe__SecAggShare *pb = calloc(s->sa.setup.n, sizeof *pb);
-    Fedmoe__SecAggShare **list = calloc(s->sa.setup.n, sizeof *list);
-    fm_status st = out && pb && list ? fm_sa_client_unmask(s->sa.sa, m->survivors, k, out, &n) : FM_ERR_NOMEM;
+    uint8_t *table = malloc((size_t)FM_SA_SHARE_RECORD * s->sa.setup.n);
+    fm_status st = out && table ? fm_sa_client_unmask(s->sa.sa, m->survivors, k, out, &n) : FM_ERR_NOMEM;
     if (st == FM_OK) {
         for (uint32_t i = 0; i < n; i++) {
-            fedmoe__sec_agg_share__init(&pb[i]);
-            pb[i].owner = out[i].owner;
-            pb[i].kind = out[i].kind;
-            pb[i].y = (ProtobufCBinaryData){FM_SHAMIR_Y_BYTES, out[i].y};
-            list[i] = &pb[i];
             if (upload_hook && upload_hook->tamper)
                 upload_hook->tamper(s->sa.round, 3, out[i].y, FM_SHAMIR_Y_BYTES);
+            fm_sa_share_put(&out[i], table + (size_t)FM_SA_SHARE_RECORD * i);
         }
         Fedmoe__SecAgg a = FEDMOE__SEC_AGG__INIT;
-        a.shares = list;
-        a.n_shares = n;
+        a.shares = (ProtobufCBinaryData){(size_t)FM_SA_SHARE_RECORD * n, table};
         send_sa(s, &a, 3);
     }
     if (out)
         memset(out, 0, sizeof *out * s->sa.setup.n);
+    if (table)
+        memset(table, 0, (size_t)FM_SA_SHARE_RECORD * s->sa.setup.n);
     free(out);
-    free(pb);
-    free(list);
+    free(table);
     return st;
 }
 

@@ -135,33 +135,21 @@ static fm_status begin_share(fm_coordinator_t *c)
 {
     fm_coord_sa_t *a = c->sa;
     uint32_t k = count_phase(a, PHASE_ADVERTISE), o = 0;
-    Fedmoe__SecAggKeys *pb = calloc(k ? k : 1, sizeof *pb);
-    Fedmoe__SecAggKeys **list = calloc(k ? k : 1, sizeof *list);
+    uint8_t *table = malloc((size_t)FM_SA_KEYS_RECORD * (k ? k : 1));
     a->sealed = calloc((size_t)a->n * a->n, sizeof *a->sealed);
-    if (!pb || !list || !a->sealed) {
-        free(pb);
-        free(list);
+    if (!table || !a->sealed) {
+        free(table);
         return FM_ERR_NOMEM;
     }
-    for (uint32_t i = 0; i < a->n; i++) {
-        if (!in_phase(a, i, PHASE_ADVERTISE))
-            continue;
-        fedmoe__sec_agg_keys__init(&pb[o]);
-        pb[o].who = a->keys[i].who;
-        pb[o].c_pk = (ProtobufCBinaryData){FM_X25519_BYTES, a->keys[i].c_pk};
-        pb[o].s_pk = (ProtobufCBinaryData){FM_X25519_BYTES, a->keys[i].s_pk};
-        pb[o].b_commit = (ProtobufCBinaryData){sizeof a->keys[i].b_commit, a->keys[i].b_commit};
-        list[o] = &pb[o];
-        o++;
-    }
+    for (uint32_t i = 0; i < a->n; i++)
+        if (in_phase(a, i, PHASE_ADVERTISE))
+            fm_sa_keys_put(&a->keys[i], table + (size_t)FM_SA_KEYS_RECORD * o++);
     Fedmoe__SecAgg m = FEDMOE__SEC_AGG__INIT;
-    m.keys = list;
-    m.n_keys = k;
+    m.keys = (ProtobufCBinaryData){(size_t)FM_SA_KEYS_RECORD * k, table};
     for (uint32_t i = 0; i < a->n; i++)
         if (in_phase(a, i, PHASE_ADVERTISE))
             send_sa(c, i, &m);
-    free(pb);
-    free(list);
+    free(table);
     return FM_OK;
 }
 
@@ -169,35 +157,21 @@ static fm_status begin_share(fm_coordinator_t *c)
 static fm_status begin_masked(fm_coordinator_t *c)
 {
     fm_coord_sa_t *a = c->sa;
-    Fedmoe__SecAggSealed *pb = calloc(a->n, sizeof *pb);
-    Fedmoe__SecAggSealed **list = calloc(a->n, sizeof *list);
-    if (!pb || !list) {
-        free(pb);
-        free(list);
+    uint8_t *table = malloc((size_t)FM_SA_SEALED_RECORD * a->n);
+    if (!table)
         return FM_ERR_NOMEM;
-    }
     for (uint32_t to = 0; to < a->n; to++) {
         if (!in_phase(a, to, PHASE_SHARE))
             continue;
-        uint32_t o = 0;
-        for (uint32_t from = 0; from < a->n; from++) {
-            if (from == to || !in_phase(a, from, PHASE_SHARE))
-                continue;
-            fm_sa_sealed_t *s = &a->sealed[(size_t)from * a->n + to];
-            fedmoe__sec_agg_sealed__init(&pb[o]);
-            pb[o].from = s->from;
-            pb[o].to = s->to;
-            pb[o].sealed = (ProtobufCBinaryData){FM_SA_SEALED_BYTES + FM_GCM_TAG_BYTES, s->sealed};
-            list[o] = &pb[o];
-            o++;
-        }
+        size_t o = 0;
+        for (uint32_t from = 0; from < a->n; from++)
+            if (from != to && in_phase(a, from, PHASE_SHARE))
+                fm_sa_sealed_put(&a->sealed[(size_t)from * a->n + to], table + FM_SA_SEALED_RECORD * o++);
         Fedmoe__SecAgg m = FEDMOE__SEC_AGG__INIT;
-        m.sealed = list;
-        m.n_sealed = o;
+        m.sealed = (ProtobufCBinaryData){FM_SA_SEALED_RECORD * o, table};
         send_sa(c, to, &m);
     }
-    free(pb);
-    free(list);
+    free(table);
     free(a->sealed); /* (relayed: not needed again) */
     a->sealed = NULL;
     return FM_OK;
@@ -335,24 +309,20 @@ fm_round_verdict fm_coord_sa_decide(fm_coordinator_t *c, double now)
 static bool take_keys(fm_coordinator_t *c, uint32_t i, const Fedmoe__SecAgg *m, char *why, size_t cap)
 {
     fm_coord_sa_t *a = c->sa;
-    const Fedmoe__SecAggKeys *k = m->n_keys == 1 ? m->keys[0] : NULL;
-    if (!k || k->who != i + 1 || k->c_pk.len != FM_X25519_BYTES || k->s_pk.len != FM_X25519_BYTES ||
-        k->b_commit.len != sizeof a->keys[i].b_commit) {
-        snprintf(why, cap, "keys: one entry with this client's number %u and 32-byte keys and commitment", i + 1);
+    fm_sa_keys_t k;
+    if (m->keys.len == FM_SA_KEYS_RECORD)
+        fm_sa_keys_get(m->keys.data, &k);
+    if (m->keys.len != FM_SA_KEYS_RECORD || k.who != i + 1) {
+        snprintf(why, cap, "keys: one %d-byte record with this client's number %u", FM_SA_KEYS_RECORD, i + 1);
         return false;
     }
     uint8_t shared[FM_X25519_BYTES];
-    if (fm_x25519_shared(a->probe, k->c_pk.data, shared) != FM_OK ||
-        fm_x25519_shared(a->probe, k->s_pk.data, shared) != FM_OK) {
+    if (fm_x25519_shared(a->probe, k.c_pk, shared) != FM_OK || fm_x25519_shared(a->probe, k.s_pk, shared) != FM_OK) {
         snprintf(why, cap, "keys: a public key no key can agree with (a point of small order)");
         return false;
     }
     memset(shared, 0, sizeof shared);
-    fm_sa_keys_t *dst = &a->keys[i];
-    dst->who = i + 1;
-    memcpy(dst->c_pk, k->c_pk.data, FM_X25519_BYTES);
-    memcpy(dst->s_pk, k->s_pk.data, FM_X25519_BYTES);
-    memcpy(dst->b_commit, k->b_commit.data, sizeof dst->b_commit);
+    a->keys[i] = k;
     return true;
 }
 
@@ -360,67 +330,63 @@ static bool take_sealed(fm_coordinator_t *c, uint32_t i, const Fedmoe__SecAgg *m
 {
     fm_coord_sa_t *a = c->sa;
     uint32_t k1 = count_phase(a, PHASE_ADVERTISE);
-    if (m->n_sealed != k1 - 1) {
-        snprintf(why, cap, "shares: %zu sealed entries, %u expected (one for every other client of U1)", m->n_sealed,
-                 k1 - 1);
+    if (m->sealed.len != (size_t)FM_SA_SEALED_RECORD * (k1 - 1)) {
+        snprintf(why, cap, "shares: %zu bytes of sealed records, %u records of %d expected (one for every other "
+                 "client of U1)", m->sealed.len, k1 - 1, FM_SA_SEALED_RECORD);
         return false;
     }
-    for (size_t j = 0; j < m->n_sealed; j++) { /* check all, then keep */
-        const Fedmoe__SecAggSealed *s = m->sealed[j];
-        uint32_t to = s->to;
-        if (s->from != i + 1 || to < 1 || to > a->n || to == i + 1 || !in_phase(a, to - 1, PHASE_ADVERTISE) ||
-            s->sealed.len != FM_SA_SEALED_BYTES + FM_GCM_TAG_BYTES) {
-            snprintf(why, cap, "shares: entry %zu is not from this client (%u) to another client of U1, sealed in %d "
-                     "bytes", j, i + 1, FM_SA_SEALED_BYTES + FM_GCM_TAG_BYTES);
-            return false;
-        }
-        for (size_t l = 0; l < j; l++)
-            if (m->sealed[l]->to == to) {
-                snprintf(why, cap, "shares: two entries for client %u", to);
-                return false;
-            }
+    bool *seen = calloc(a->n, sizeof *seen);
+    bool ok = seen != NULL;
+    for (uint32_t j = 0; ok && j + 1 < k1; j++) { /* check all, then keep */
+        fm_sa_sealed_t s;
+        fm_sa_sealed_get(m->sealed.data + (size_t)FM_SA_SEALED_RECORD * j, &s);
+        ok = s.from == i + 1 && s.to >= 1 && s.to <= a->n && s.to != i + 1 && in_phase(a, s.to - 1, PHASE_ADVERTISE) &&
+             !seen[s.to - 1];
+        if (ok)
+            seen[s.to - 1] = true;
+        else
+            snprintf(why, cap, "shares: record %u is not from this client (%u) to another client of U1, once each", j,
+                     i + 1);
     }
-    for (size_t j = 0; j < m->n_sealed; j++) {
-        const Fedmoe__SecAggSealed *s = m->sealed[j];
-        fm_sa_sealed_t *dst = &a->sealed[(size_t)i * a->n + (s->to - 1)];
-        dst->from = i + 1;
-        dst->to = s->to;
-        memcpy(dst->sealed, s->sealed.data, FM_SA_SEALED_BYTES + FM_GCM_TAG_BYTES);
+    for (uint32_t j = 0; ok && j + 1 < k1; j++) {
+        fm_sa_sealed_t s;
+        fm_sa_sealed_get(m->sealed.data + (size_t)FM_SA_SEALED_RECORD * j, &s);
+        a->sealed[(size_t)i * a->n + (s.to - 1)] = s;
     }
-    return true;
+    free(seen);
+    return ok;
 }
 
 static bool take_shares(fm_coordinator_t *c, uint32_t i, const Fedmoe__SecAgg *m, char *why, size_t cap)
 {
     fm_coord_sa_t *a = c->sa;
     uint32_t k2 = count_phase(a, PHASE_SHARE);
-    if (m->n_shares > k2 || a->nshares + m->n_shares > a->capshares) {
-        snprintf(why, cap, "unmask: %zu shares, at most %u (one for each client of U2)", m->n_shares, k2);
+    size_t n = m->shares.len / FM_SA_SHARE_RECORD;
+    if (m->shares.len % FM_SA_SHARE_RECORD || n > k2 || a->nshares + n > a->capshares) {
+        snprintf(why, cap, "unmask: %zu bytes of share records, at most %u records of %d (one for each client of U2)",
+                 m->shares.len, k2, FM_SA_SHARE_RECORD);
         return false;
     }
-    for (size_t j = 0; j < m->n_shares; j++) {
-        const Fedmoe__SecAggShare *s = m->shares[j];
-        uint32_t o = s->owner;
+    bool *seen = calloc(a->n, sizeof *seen);
+    bool ok = seen != NULL;
+    for (size_t j = 0; ok && j < n; j++) {
+        fm_sa_share_t s;
+        fm_sa_share_get(m->shares.data + FM_SA_SHARE_RECORD * j, i + 1, &s);
+        uint32_t o = s.owner;
         bool owner_in = o >= 1 && o <= a->n && in_phase(a, o - 1, PHASE_SHARE);
         /* a seed for a client of U3, a key for one of U2 that is not: never both */
-        uint32_t kind = owner_in && in_phase(a, o - 1, PHASE_MASKED) ? 0 : 1;
-        bool repeat = false;
-        for (size_t l = 0; l < j; l++)
-            repeat |= m->shares[l]->owner == o;
-        if (!owner_in || s->kind != kind || s->y.len != FM_SHAMIR_Y_BYTES || repeat) {
+        uint8_t kind = owner_in && in_phase(a, o - 1, PHASE_MASKED) ? 0 : 1;
+        ok = owner_in && s.kind == kind && !seen[o - 1];
+        if (ok)
+            seen[o - 1] = true;
+        else
             snprintf(why, cap, "unmask: share %zu is not one share of a client of U2 (its seed when in U3, else its "
-                     "key), %d bytes", j, FM_SHAMIR_Y_BYTES);
-            return false;
-        }
+                     "key)", j);
     }
-    for (size_t j = 0; j < m->n_shares; j++) {
-        fm_sa_share_t *dst = &a->shares[a->nshares++];
-        dst->owner = m->shares[j]->owner;
-        dst->holder = i + 1; /* (the sender's number, never its word) */
-        dst->kind = (uint8_t)m->shares[j]->kind;
-        memcpy(dst->y, m->shares[j]->y.data, FM_SHAMIR_Y_BYTES);
-    }
-    return true;
+    for (size_t j = 0; ok && j < n; j++) /* (the holder is the sender's number, never its word) */
+        fm_sa_share_get(m->shares.data + FM_SA_SHARE_RECORD * j, i + 1, &a->shares[a->nshares++]);
+    free(seen);
+    return ok;
 }
 
 void fm_coord_sa_handle(fm_coordinator_t *c, const char *id, int slot, const Fedmoe__SecAgg *m)

@@ -565,20 +565,16 @@ static void test_dp_budget_ends_run(void **state)
 static void sa_keys(fm_coordinator_t *c, const char *id, uint32_t round, uint32_t phase, uint32_t who,
                     const uint8_t *nonce, double now)
 {
-    uint8_t priv[32], cpk[32], spk[32], commit[32] = {1};
-    assert_int_equal(fm_x25519_keypair(priv, cpk), FM_OK);
-    assert_int_equal(fm_x25519_keypair(priv, spk), FM_OK);
-    Fedmoe__SecAggKeys k = FEDMOE__SEC_AGG_KEYS__INIT, *list[1] = {&k};
-    k.who = who;
-    k.c_pk = (ProtobufCBinaryData){32, cpk};
-    k.s_pk = (ProtobufCBinaryData){32, spk};
-    k.b_commit = (ProtobufCBinaryData){32, commit};
+    uint8_t priv[32], record[FM_SA_KEYS_RECORD];
+    fm_sa_keys_t k = {.who = who, .b_commit = {1}};
+    assert_int_equal(fm_x25519_keypair(priv, k.c_pk), FM_OK);
+    assert_int_equal(fm_x25519_keypair(priv, k.s_pk), FM_OK);
+    fm_sa_keys_put(&k, record);
     Fedmoe__SecAgg m = FEDMOE__SEC_AGG__INIT;
     m.round = round;
     m.phase = phase;
     m.nonce = (ProtobufCBinaryData){16, (uint8_t *)nonce};
-    m.keys = list;
-    m.n_keys = 1;
+    m.keys = (ProtobufCBinaryData){sizeof record, record};
     Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
     env.body_case = FEDMOE__ENVELOPE__BODY_SECAGG;
     env.secagg = &m;
@@ -641,7 +637,7 @@ static void test_secagg_takes_each_answer_once(void **state)
         assert_int_equal(count_sent(ids[i], FEDMOE__ENVELOPE__BODY_SECAGG, &m), i == 1 ? 0 : 1);
         if (m) {
             assert_int_equal(m->secagg->phase, 1);
-            assert_int_equal(m->secagg->n_keys, 4);
+            assert_int_equal(m->secagg->keys.len, 4 * FM_SA_KEYS_RECORD);
         }
     }
     sa_keys(c, "d", 1, 0, who[3], nonce[3], 3.0); /* phase 0's answer again, in phase 1 */

@@ -14,6 +14,7 @@
 #include "fedmoe/rng.h"
 #include "fedmoe/runspec.h"
 #include "fedmoe/runspec_wire.h"
+#include "fedmoe/secagg.h"
 #include "fedmoe/wire.h"
 
 static void make_update(Fedmoe__Envelope *env, Fedmoe__Update *up, Fedmoe__Tensor *t, Fedmoe__Tensor **list,
@@ -505,10 +506,75 @@ static void test_welcome_carries_every_field(void **state)
     assert_string_equal(b, a);
 }
 
+/* Secure aggregation's largest messages, at FM_SA_MAX_CLIENTS participants
+ * (every key, every sealed share, every unmasking share, every survivor),
+ * decode within the decoding budget and round-trip their records (as one
+ * message a record each, the keys cost 6x their size to decode and were
+ * refused from about 400 clients). */
+static void test_secagg_tables_at_most_clients(void **state)
+{
+    (void)state;
+    const uint32_t n = FM_SA_MAX_CLIENTS;
+    uint8_t *keys = calloc(n, FM_SA_KEYS_RECORD), *sealed = calloc(n - 1, FM_SA_SEALED_RECORD),
+            *shares = calloc(n, FM_SA_SHARE_RECORD);
+    uint32_t *survivors = malloc(sizeof *survivors * n);
+    assert_non_null(keys);
+    assert_non_null(sealed);
+    assert_non_null(shares);
+    assert_non_null(survivors);
+    for (uint32_t i = 0; i < n; i++) {
+        fm_sa_keys_t k = {.who = i + 1};
+        memset(k.c_pk, (int)(i & 0xff), sizeof k.c_pk);
+        fm_sa_keys_put(&k, keys + (size_t)FM_SA_KEYS_RECORD * i);
+        fm_sa_share_t sh = {.owner = i + 1, .kind = (uint8_t)(i & 1)};
+        memset(sh.y, 7, sizeof sh.y);
+        fm_sa_share_put(&sh, shares + (size_t)FM_SA_SHARE_RECORD * i);
+        survivors[i] = i + 1;
+        if (i + 1 < n) {
+            fm_sa_sealed_t se = {.from = 1, .to = i + 2};
+            fm_sa_sealed_put(&se, sealed + (size_t)FM_SA_SEALED_RECORD * i);
+        }
+    }
+    Fedmoe__SecAgg m = FEDMOE__SEC_AGG__INIT;
+    m.round = 3;
+    m.keys = (ProtobufCBinaryData){(size_t)FM_SA_KEYS_RECORD * n, keys};
+    m.sealed = (ProtobufCBinaryData){(size_t)FM_SA_SEALED_RECORD * (n - 1), sealed};
+    m.shares = (ProtobufCBinaryData){(size_t)FM_SA_SHARE_RECORD * n, shares};
+    m.survivors = survivors;
+    m.n_survivors = n;
+    Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT, *out = NULL;
+    env.body_case = FEDMOE__ENVELOPE__BODY_SECAGG;
+    env.secagg = &m;
+    uint8_t *buf;
+    size_t len;
+    assert_int_equal(fm_wire_encode(&env, &buf, &len), FM_OK);
+    assert_int_equal(fm_wire_decode(buf, len, len, &out), FM_OK);
+    assert_int_equal(out->secagg->n_survivors, n);
+    fm_sa_keys_t k;
+    fm_sa_keys_get(out->secagg->keys.data + (size_t)FM_SA_KEYS_RECORD * 700, &k);
+    assert_int_equal(k.who, 701);
+    assert_int_equal(k.c_pk[31], 700 & 0xff);
+    fm_sa_share_t sh;
+    fm_sa_share_get(out->secagg->shares.data + (size_t)FM_SA_SHARE_RECORD * 9, 42, &sh);
+    assert_int_equal(sh.owner, 10);
+    assert_int_equal(sh.holder, 42);
+    assert_int_equal(sh.kind, 1);
+    fm_sa_sealed_t se;
+    fm_sa_sealed_get(out->secagg->sealed.data + (size_t)FM_SA_SEALED_RECORD * (n - 2), &se);
+    assert_int_equal(se.to, n);
+    fm_wire_free(out);
+    free(buf);
+    free(keys);
+    free(sealed);
+    free(shares);
+    free(survivors);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_secagg_tables_at_most_clients),
         cmocka_unit_test(test_nan_and_version),
         cmocka_unit_test(test_random_bytes),
         cmocka_unit_test(test_many_empty_tensors),

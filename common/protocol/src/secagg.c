@@ -333,6 +333,63 @@ uint32_t fm_sa_client_unopened(const fm_sa_client_t *c, uint32_t *who, uint32_t 
     return c->nunopened;
 }
 
+/* ---- records ------------------------------------------------------------------ */
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+
+void fm_sa_keys_put(const fm_sa_keys_t *k, uint8_t out[FM_SA_KEYS_RECORD])
+{
+    put32(out, k->who);
+    memcpy(out + 4, k->c_pk, FM_X25519_BYTES);
+    memcpy(out + 4 + FM_X25519_BYTES, k->s_pk, FM_X25519_BYTES);
+    memcpy(out + 4 + 2 * FM_X25519_BYTES, k->b_commit, 32);
+}
+
+void fm_sa_keys_get(const uint8_t in[FM_SA_KEYS_RECORD], fm_sa_keys_t *k)
+{
+    k->who = get32(in);
+    memcpy(k->c_pk, in + 4, FM_X25519_BYTES);
+    memcpy(k->s_pk, in + 4 + FM_X25519_BYTES, FM_X25519_BYTES);
+    memcpy(k->b_commit, in + 4 + 2 * FM_X25519_BYTES, 32);
+}
+
+void fm_sa_sealed_put(const fm_sa_sealed_t *s, uint8_t out[FM_SA_SEALED_RECORD])
+{
+    put32(out, s->from);
+    put32(out + 4, s->to);
+    memcpy(out + 8, s->sealed, FM_SA_SEALED_BYTES);
+    memcpy(out + 8 + FM_SA_SEALED_BYTES, s->tag, FM_GCM_TAG_BYTES);
+}
+
+void fm_sa_sealed_get(const uint8_t in[FM_SA_SEALED_RECORD], fm_sa_sealed_t *s)
+{
+    s->from = get32(in);
+    s->to = get32(in + 4);
+    memcpy(s->sealed, in + 8, FM_SA_SEALED_BYTES);
+    memcpy(s->tag, in + 8 + FM_SA_SEALED_BYTES, FM_GCM_TAG_BYTES);
+}
+
+void fm_sa_share_put(const fm_sa_share_t *s, uint8_t out[FM_SA_SHARE_RECORD])
+{
+    put32(out, s->owner);
+    out[4] = s->kind;
+    memcpy(out + 5, s->y, FM_SHAMIR_Y_BYTES);
+}
+
+void fm_sa_share_get(const uint8_t in[FM_SA_SHARE_RECORD], uint32_t holder, fm_sa_share_t *s)
+{
+    s->owner = get32(in);
+    s->holder = holder;
+    s->kind = in[4];
+    memcpy(s->y, in + 5, FM_SHAMIR_Y_BYTES);
+}
+
 /* ---- the coordinator --------------------------------------------------------- */
 
 void fm_sa_encode(const float *x, size_t d, uint64_t weight, fm_u128 *out)

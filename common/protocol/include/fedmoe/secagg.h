@@ -110,6 +110,18 @@ uint32_t fm_sa_client_unopened(const fm_sa_client_t *c, uint32_t *who, uint32_t 
  * could ask for both secrets of one client). */
 fm_status fm_sa_client_unmask(fm_sa_client_t *c, const uint32_t *u3, uint32_t k, fm_sa_share_t *out, uint32_t *nout);
 
+/* The records the messages carry (docs/protocol.md), little-endian. */
+#define FM_SA_KEYS_RECORD (4 + 2 * FM_X25519_BYTES + 32)
+#define FM_SA_SEALED_RECORD (8 + FM_SA_SEALED_BYTES + FM_GCM_TAG_BYTES)
+#define FM_SA_SHARE_RECORD (5 + FM_SHAMIR_Y_BYTES)
+void fm_sa_keys_put(const fm_sa_keys_t *k, uint8_t out[FM_SA_KEYS_RECORD]);
+void fm_sa_keys_get(const uint8_t in[FM_SA_KEYS_RECORD], fm_sa_keys_t *k);
+void fm_sa_sealed_put(const fm_sa_sealed_t *s, uint8_t out[FM_SA_SEALED_RECORD]);
+void fm_sa_sealed_get(const uint8_t in[FM_SA_SEALED_RECORD], fm_sa_sealed_t *s);
+/* (a share's holder is not in its record: the sender is) */
+void fm_sa_share_put(const fm_sa_share_t *s, uint8_t out[FM_SA_SHARE_RECORD]);
+void fm_sa_share_get(const uint8_t in[FM_SA_SHARE_RECORD], uint32_t holder, fm_sa_share_t *s);
+
 /* The coordinator's sum: sum (d + 1 values) += y. */
 void fm_sa_sum_add(fm_u128 *sum, const fm_u128 *y, size_t d);
 /* Phase 3 on the coordinator: removes the masks from sum (the sum of U3's
