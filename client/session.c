@@ -425,6 +425,7 @@ static fm_status take_task(session_t *s, const Fedmoe__Task *t)
     return FM_OK;
 }
 
+static fm_status sa_share(session_t *s, const Fedmoe__SecAgg *m);
 static fm_status sa_mask(session_t *s, const Fedmoe__SecAgg *m);
 
 void fm_session_work(fm_session_t *s, volatile sig_atomic_t *stop)
@@ -432,7 +433,10 @@ void fm_session_work(fm_session_t *s, volatile sig_atomic_t *stop)
     s->stop = stop;
     memset(&s->result, 0, sizeof s->result);
     s->result.masked = s->sa.env != NULL;
-    s->result.st = s->sa.env ? sa_mask(s, s->sa.env->secagg) : take_task(s, s->task);
+    if (s->sa.env)
+        s->result.st = s->sa.phase == 1 ? sa_share(s, s->sa.env->secagg) : sa_mask(s, s->sa.env->secagg);
+    else
+        s->result.st = take_task(s, s->task);
     if (s->result.st != FM_OK)
         snprintf(s->result.why, sizeof s->result.why, "%s", fm_error_last());
 }
@@ -464,7 +468,7 @@ static void keep_update(session_t *s, uint8_t *bytes, size_t len, uint32_t round
 
 /* A phase of secure aggregation answered: the message, with this round's
  * numbers, to the coordinator. */
-static void send_sa(session_t *s, Fedmoe__SecAgg *m, int phase)
+static fm_status encode_sa(session_t *s, Fedmoe__SecAgg *m, int phase, uint8_t **buf, size_t *len)
 {
     Fedmoe__Envelope env = FEDMOE__ENVELOPE__INIT;
     m->round = s->sa.round;
@@ -473,8 +477,22 @@ static void send_sa(session_t *s, Fedmoe__SecAgg *m, int phase)
     m->nonce.len = FM_NONCE_BYTES;
     env.body_case = FEDMOE__ENVELOPE__BODY_SECAGG;
     env.secagg = m;
-    if (send_env(s, &env) != FM_OK)
+    return fm_wire_encode(&env, buf, len);
+}
+
+static void send_bytes_sa(session_t *s, const uint8_t *buf, size_t len, int phase)
+{
+    if (s->ops.send(s->ops.user, buf, len) != FM_OK)
         fm_warn("round %u: secure aggregation's phase %d not sent: %s", s->sa.round, phase, fm_error_last());
+}
+
+static void send_sa(session_t *s, Fedmoe__SecAgg *m, int phase)
+{
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    if (encode_sa(s, m, phase, &buf, &len) == FM_OK)
+        send_bytes_sa(s, buf, len, phase);
+    free(buf);
 }
 
 /* The masking failed (a peer's share that does not open, keys that do not
@@ -507,7 +525,9 @@ static void sa_advertise(session_t *s)
     send_sa(s, &m, 0);
 }
 
-/* Phase 1: U1's keys in, this client's sealed shares for each of them out. */
+/* Phase 1, a job (Shamir sharing two secrets n ways and n - 1 seals): U1's
+ * keys in, this client's sealed shares for each of them made into the job's
+ * result (work_done sends them). */
 static fm_status sa_share(session_t *s, const Fedmoe__SecAgg *m)
 {
     if (m->keys.len % FM_SA_KEYS_RECORD || m->keys.len / FM_SA_KEYS_RECORD > FM_SA_MAX_CLIENTS) {
@@ -531,7 +551,7 @@ static fm_status sa_share(session_t *s, const Fedmoe__SecAgg *m)
         }
         Fedmoe__SecAgg a = FEDMOE__SEC_AGG__INIT;
         a.sealed = (ProtobufCBinaryData){(size_t)FM_SA_SEALED_RECORD * (k - 1), table};
-        send_sa(s, &a, 1);
+        st = encode_sa(s, &a, 1, &s->result.bytes, &s->result.len);
     }
     free(u1);
     free(out);
@@ -612,8 +632,8 @@ static fm_status sa_unmask(session_t *s, const Fedmoe__SecAgg *m)
     return st;
 }
 
-/* A SecAgg message: phases 1 and 3 answered at once; phase 2 kept as the
- * job (returns true: the session owns env). */
+/* A SecAgg message: phases 1 and 2 kept as the job (returns true: the
+ * session owns env), phase 3 answered at once. */
 static bool handle_secagg(session_t *s, Fedmoe__Envelope *env)
 {
     const Fedmoe__SecAgg *m = env->secagg;
@@ -626,35 +646,39 @@ static bool handle_secagg(session_t *s, Fedmoe__Envelope *env)
     }
     if (upload_hook && upload_hook->phase)
         upload_hook->phase(s->sa.round, phase);
-    if (phase == 2) {
+    if (phase == 1 || phase == 2) {
         s->sa.env = env;
         return true;
     }
-    fm_status st = phase == 1 ? sa_share(s, m) : sa_unmask(s, m);
-    if (st != FM_OK) {
+    if (sa_unmask(s, m) != FM_OK)
         sa_fail(s, phase, fm_error_last());
-        return false;
-    }
-    if (phase == 3)
-        sa_reset(s); /* (the round's part is done) */
     else
-        s->sa.phase = phase + 1;
+        sa_reset(s); /* (the round's part is done) */
     return false;
 }
 
-/* Phase 2's job done: the masked Update kept (sent when granted), or the
- * failure said to the coordinator (its part ends; the session goes on). */
+/* Phase 1's or 2's job done: the sealed shares sent, or the masked Update
+ * kept (sent when granted); or the failure said to the coordinator (its part
+ * ends; the session goes on). */
 static void masked_done(session_t *s)
 {
     job_result_t *r = &s->result;
+    int phase = s->sa.phase;
     fm_wire_free(s->sa.env);
     s->sa.env = NULL;
     if (r->st != FM_OK) {
-        sa_fail(s, 2, r->why);
+        free(r->bytes);
+        r->bytes = NULL;
+        sa_fail(s, phase, r->why);
         return;
     }
-    s->sa.phase = 3;
-    keep_update(s, r->bytes, r->len, r->round, r->nonce);
+    s->sa.phase = phase + 1;
+    if (phase == 1) {
+        send_bytes_sa(s, r->bytes, r->len, 1);
+        free(r->bytes);
+    } else {
+        keep_update(s, r->bytes, r->len, r->round, r->nonce);
+    }
     r->bytes = NULL;
 }
 

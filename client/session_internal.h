@@ -37,7 +37,8 @@ typedef struct {
     uint8_t nonce[FM_NONCE_BYTES];
     bool trained;           /* a round was trained (the state file written) */
     bool masking;           /* secure aggregation: the trained values wait in s->sa for the phases */
-    bool masked;            /* secure aggregation's phase 2 was the job: bytes is the masked Update */
+    bool masked;            /* secure aggregation: phase 1 or 2 was the job (bytes: the sealed shares, or the
+                               masked Update) */
     bool abandoned;         /* stopped mid-round: the state as before it, the Task not held */
 } job_result_t;
 
