@@ -130,6 +130,14 @@ static void send_sa(fm_coordinator_t *c, uint32_t i, Fedmoe__SecAgg *m)
     c->bytes_down += fm_coord_emit(c, fm_registry_at(c->reg, c->round.parts[i].slot)->id, &env);
 }
 
+/* m to every client that completed phase k. */
+static void broadcast(fm_coordinator_t *c, int k, Fedmoe__SecAgg *m)
+{
+    for (uint32_t i = 0; i < c->sa->n; i++)
+        if (in_phase(c->sa, i, k))
+            send_sa(c, i, m);
+}
+
 /* Phase 1 begins: U1's keys to every client of U1. */
 static fm_status begin_share(fm_coordinator_t *c)
 {
@@ -146,9 +154,7 @@ static fm_status begin_share(fm_coordinator_t *c)
             fm_sa_keys_put(&a->keys[i], table + (size_t)FM_SA_KEYS_RECORD * o++);
     Fedmoe__SecAgg m = FEDMOE__SEC_AGG__INIT;
     m.keys = (ProtobufCBinaryData){(size_t)FM_SA_KEYS_RECORD * k, table};
-    for (uint32_t i = 0; i < a->n; i++)
-        if (in_phase(a, i, PHASE_ADVERTISE))
-            send_sa(c, i, &m);
+    broadcast(c, PHASE_ADVERTISE, &m);
     free(table);
     return FM_OK;
 }
@@ -195,9 +201,7 @@ static fm_status begin_unmask(fm_coordinator_t *c)
     Fedmoe__SecAgg m = FEDMOE__SEC_AGG__INIT;
     m.survivors = u3;
     m.n_survivors = k3;
-    for (uint32_t i = 0; i < a->n; i++)
-        if (in_phase(a, i, PHASE_MASKED))
-            send_sa(c, i, &m);
+    broadcast(c, PHASE_MASKED, &m);
     free(u3);
     return FM_OK;
 }
