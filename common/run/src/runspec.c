@@ -100,61 +100,49 @@ fm_status fm_clip_norm_parse(const char *flag, const char *text, double *out)
     return FM_OK;
 }
 
-/* Differential privacy's settings against the rest of the run; the DP clip
- * takes the place of --clip-norm's learned bound (a bound learned from the
- * updates would itself tell of them). */
-/* --secure-aggregation: what the coordinator can no longer do once it sees
- * only the sum (the one place this is decided). */
-static fm_status secagg_check(fm_run_spec_t *s)
+/* What both privacy modes need of the run (the one place this is decided):
+ * something averaged, by the mean, and no client's own values sent anywhere
+ * else (pfedmoap's and full's prompt pool); flag names the mode in the
+ * refusal. Then the coordinator's own bound on updates gives way:
+ * --clip-norm is refused when given, and its learned bound (which would
+ * itself tell of the updates) is off. */
+static fm_status private_average(fm_run_spec_t *s, const char *flag, const char *clip_why)
 {
-    if (!s->secure_aggregation)
-        return FM_OK;
     const char *why = NULL;
     if (!fm_strategy_traits(s->strategy)->model)
-        why = "--secure-aggregation: strategy local averages nothing";
+        why = "strategy local averages nothing: there is no shared result to protect";
     else if (fm_strategy_uses_pool(s->strategy))
-        why = "--secure-aggregation hides what is averaged; pfedmoap and full also send each client's own prompt "
-              "to its nearest peers, which it cannot hide: use fedavg or comigs";
+        why = "pfedmoap and full also send each client's own prompt to its nearest peers, which it does not "
+              "protect: use fedavg or comigs";
     else if (s->aggregate.rule != FM_AGG_MEAN)
-        why = "--secure-aggregation needs --aggregate mean: the median and the trimmed mean read every update";
+        why = "it needs --aggregate mean: the median and the trimmed mean read every update";
     else if (s->clip_norm != FM_CLIP_AUTO && s->clip_norm != 0.0)
-        why = "--secure-aggregation: the coordinator cannot clip updates it cannot see (--clip-norm); clients "
-              "clipping their own is not built yet";
-    else if (fm_dp_on(&s->dp))
-        why = "--secure-aggregation with --dp-noise needs the noise added by the clients (--dp-mode distributed), "
-              "which is not built yet";
+        why = clip_why;
     if (why) {
-        fm_error_set("%s", why);
+        fm_error_set("%s: %s", flag, why);
         return FM_ERR_ARG;
     }
     s->clip_norm = 0.0;
     return FM_OK;
 }
 
+/* Differential privacy's and secure aggregation's settings against the rest
+ * of the run (and, for now, against each other). */
 static fm_status privacy_check(fm_run_spec_t *s)
 {
     fm_status st = fm_dp_spec_check(&s->dp);
-    if (st == FM_OK)
-        st = secagg_check(s);
-    if (st != FM_OK || !fm_dp_on(&s->dp))
-        return st;
-    const char *why = NULL;
-    if (!fm_strategy_traits(s->strategy)->model)
-        why = "strategy local averages nothing: there is no shared result to make differentially private";
-    else if (fm_strategy_uses_pool(s->strategy))
-        why = "--dp-noise protects what is averaged; pfedmoap and full also send each client's own prompt to its "
-              "nearest peers, which it does not protect: use fedavg or comigs";
-    else if (s->aggregate.rule != FM_AGG_MEAN)
-        why = "--dp-noise needs --aggregate mean: the median and the trimmed mean read every update, and their "
-              "noise is not calibrated";
-    else if (s->clip_norm != FM_CLIP_AUTO && s->clip_norm != 0.0)
-        why = "--clip-norm and --dp-clip both bound the updates: with --dp-noise give --dp-clip alone";
-    if (why) {
-        fm_error_set("%s", why);
-        return FM_ERR_ARG;
+    if (st == FM_OK && s->secure_aggregation && fm_dp_on(&s->dp)) {
+        fm_error_set("--secure-aggregation with --dp-noise needs the noise added by the clients (--dp-mode "
+                     "distributed), which is not built yet");
+        st = FM_ERR_ARG;
     }
-    s->clip_norm = 0.0;
-    return FM_OK;
+    if (st == FM_OK && s->secure_aggregation)
+        st = private_average(s, "--secure-aggregation",
+                             "the coordinator cannot clip updates it cannot see (--clip-norm); clients clipping their "
+                             "own is not built yet");
+    if (st == FM_OK && fm_dp_on(&s->dp))
+        st = private_average(s, "--dp-noise", "--clip-norm and --dp-clip both bound the updates: give --dp-clip alone");
+    return st;
 }
 
 fm_status fm_run_spec_finish(fm_run_spec_t *s)
