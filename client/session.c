@@ -12,7 +12,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fedmoe/aggregate.h"
 #include "fedmoe/clientdata.h"
+#include "fedmoe/dp.h"
 #include "fedmoe/exchange.h"
 #include "fedmoe/clock.h"
 #include "fedmoe/log.h"
@@ -285,12 +287,26 @@ static fm_status start_round(session_t *s, int round)
     return sess_snap_take(s, &s->pre, round);
 }
 
-/* Evaluates (eval_sample examples of each split, or all when 0), then encodes
- * the round's Update into the job's result. */
+/* The values a round exchanges (model, then prompt) as the model holds them
+ * now, into a new array; NULL when out of memory. */
+static float *exchanged_values(session_t *s)
+{
+    fm_exchange_t e = fm_exchange_of(&s->spec);
+    size_t nm = e.model ? s->dims.nmodel : 0, n = nm + (e.prompt ? s->dims.nprompt : 0);
+    float *x = malloc(sizeof(float) * (n ? n : 1));
+    if (x && e.model)
+        fm_federated_pack(s->model, s->spec.strategy, x);
+    if (x && e.prompt)
+        memcpy(x + nm, fm_model_prompt(s->model), sizeof(float) * s->dims.nprompt);
+    return x;
+}
+
 /* Under secure aggregation the trained values (model, then prompt) and the
  * metrics wait in s->sa for the phases (work_done starts them); nothing is
- * encoded yet. */
-static fm_status keep_for_masking(session_t *s, const fm_update_t *u, const fm_sa_setup_t *sa)
+ * encoded yet. First what the coordinator cannot do to values it never sees:
+ * the client's own bound on its distance from the Task's state (ref), and
+ * under distributed differential privacy its share of the noise. */
+static fm_status keep_for_masking(session_t *s, const fm_update_t *u, const fm_sa_setup_t *sa, const float *ref)
 {
     fm_exchange_t e = fm_exchange_of(&s->spec);
     sa_reset(s);
@@ -301,8 +317,17 @@ static fm_status keep_for_masking(session_t *s, const fm_update_t *u, const fm_s
         memcpy(s->sa.x, u->model, sizeof(float) * s->dims.nmodel);
     if (e.prompt)
         memcpy(s->sa.x + (e.model ? s->dims.nmodel : 0), u->prompt, sizeof(float) * s->dims.nprompt);
+    double clip = fm_run_client_clip(&s->spec), z = fm_run_client_noise(&s->spec);
+    if (clip > 0.0) {
+        double d = fm_clip_to_norm(s->sa.x, ref, s->sa.nx, clip);
+        fm_status st = z > 0.0 ? fm_dp_add_noise(s->sa.x, s->sa.nx, fm_dp_client_sd(z, clip, sa->t)) : FM_OK;
+        if (st != FM_OK)
+            return st; /* (partly noised: never masked, the round goes without it) */
+        fm_info("round %u: update at distance %.4g from the task's state, bounded at %g%s", u->round, d, clip,
+                z > 0.0 ? ", noise share added" : "");
+    }
     if (upload_hook && upload_hook->masking)
-        upload_hook->masking(s->sa.x, s->sa.nx, u->round, sa->weight);
+        upload_hook->masking(s->sa.x, ref, s->sa.nx, u->round, sa->weight);
     s->sa.setup = *sa;
     s->sa.round = u->round;
     memcpy(s->sa.nonce, u->nonce, FM_NONCE_BYTES);
@@ -312,8 +337,11 @@ static fm_status keep_for_masking(session_t *s, const fm_update_t *u, const fm_s
     return FM_OK;
 }
 
+/* Evaluates (eval_sample examples of each split, or all when 0), then encodes
+ * the round's Update into the job's result (under secure aggregation: keeps
+ * it for masking, ref the Task's state). */
 static fm_status upload(session_t *s, uint32_t round, const uint8_t *nonce, uint32_t eval_sample,
-                        const fm_sa_setup_t *sa, const fm_train_stats_t *ts, double t0)
+                        const fm_sa_setup_t *sa, const float *ref, const fm_train_stats_t *ts, double t0)
 {
     fm_eval_t ev, vv = {0};
     fm_status st = fm_evaluate_sample(s->model, &s->data.test, eval_sample, &ev, on_progress, s);
@@ -337,7 +365,7 @@ static fm_status upload(session_t *s, uint32_t round, const uint8_t *nonce, uint
     }
     job_result_t *r = &s->result;
     if (s->spec.secure_aggregation)
-        st = keep_for_masking(s, &u, sa);
+        st = keep_for_masking(s, &u, sa, ref);
     else
         st = fm_exchange_encode_update(&s->spec, &s->dims, &u, &r->bytes, &r->len);
     if (st != FM_OK)
@@ -401,13 +429,17 @@ static fm_status take_task(session_t *s, const Fedmoe__Task *t)
         fm_trainer_set_lr_scale(s->trainer, in.lr_scale);
     }
     fm_exchange_task_free(&in);
+    float *ref = NULL; /* secure aggregation: the Task's state, which the client's own bound is measured from */
+    if (st == FM_OK && s->spec.secure_aggregation && !(ref = exchanged_values(s)))
+        st = FM_ERR_NOMEM;
     if (st != FM_OK)
         return st;
     fm_train_stats_t ts;
     double t0 = fm_clock_seconds();
     st = fm_trainer_run(s->trainer, &s->data.train, &s->data.val, s->spec.local_epochs, &ts);
     if (st == FM_OK)
-        st = upload(s, t->round, nonce, eval_sample, &sa, &ts, t0);
+        st = upload(s, t->round, nonce, eval_sample, &sa, ref, &ts, t0);
+    free(ref);
     if (st == FM_ERR_STATE && s->stop && *s->stop) {
         /* the state file keeps the last finished round; this one is trained
          * again from the state before it */

@@ -10,7 +10,13 @@
  * computes it: each update added with weight 1, the clients that sent
  * nothing as the unchanged state with weight m - answered. The sampling is
  * not secret (the selection follows the run's seed), so the accountant takes
- * no amplification from it: q = 1 every round. */
+ * no amplification from it: q = 1 every round.
+ *
+ * Distributed (--dp-mode distributed, under secure aggregation): each client
+ * clips its own update and adds its share of the noise before masking
+ * (fm_dp_client_sd); the coordinator unmasks the sum of the k clients that
+ * sent masked inputs, each with weight 1 (fm_coord_sa_setup), pads it with
+ * the unchanged state for the m - k others and adds no noise of its own. */
 #include <math.h>
 
 #include "coordinator_internal.h"
@@ -73,6 +79,8 @@ fm_status fm_coord_dp_pad(fm_coordinator_t *c)
 
 fm_status fm_coord_dp_noise(fm_coordinator_t *c)
 {
+    if (c->spec.dp.mode == FM_DP_DISTRIBUTED) /* (the clients added theirs before masking) */
+        return FM_OK;
     fm_exchange_t e = fm_exchange_of(&c->spec);
     double sd = c->spec.dp.noise * c->spec.dp.clip / c->round.nparts;
     fm_status st = FM_OK;

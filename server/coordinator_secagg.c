@@ -92,8 +92,9 @@ fm_sa_setup_t fm_coord_sa_setup(const fm_coordinator_t *c, const fm_participant_
     const fm_coord_sa_t *a = c->sa;
     if (!a)
         return (fm_sa_setup_t){0};
-    return (fm_sa_setup_t){(uint32_t)fm_coord_part_index(c, p) + 1, a->n, a->t,
-                           fm_registry_at(c->reg, p->slot)->weight};
+    /* (under differential privacy every update weighs the same: fm_coord_dp_pad) */
+    uint64_t weight = fm_dp_on(&c->spec.dp) ? 1 : fm_registry_at(c->reg, p->slot)->weight;
+    return (fm_sa_setup_t){(uint32_t)fm_coord_part_index(c, p) + 1, a->n, a->t, weight};
 }
 
 static bool in_phase(const fm_coord_sa_t *a, uint32_t i, int k) { return a->done[i] & (1u << k); }

@@ -269,6 +269,8 @@ int procs_run_tests(const char *name, const struct CMUnitTest *tests, size_t n, 
         return 1;
     snprintf(g_dir, sizeof g_dir, "%s", dir);
     signal(SIGPIPE, SIG_IGN);
+    if (getenv("FM_TEST_ONLY")) /* FM_TEST_ONLY=PATTERN runs the tests whose names match (cmocka's * and ?) */
+        cmocka_set_test_filter(getenv("FM_TEST_ONLY"));
     int rc = _cmocka_run_group_tests(name, tests, n, NULL, NULL);
     kill_leftovers();
     if (rc == 0 && !getenv("FM_TEST_KEEP")) { /* FM_TEST_KEEP=1 keeps the logs of a passing run */

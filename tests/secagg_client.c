@@ -3,9 +3,10 @@
  * fedmoe-secagg-client only, never into fedmoe-client.
  *   FEDMOE_SA_DUMP=DIR    writes the values it is about to mask, and their
  *                         weight, to DIR/ID-rROUND.bin (ID from FEDMOE_SA_ID):
- *                         a uint64 count, the floats, a uint64 weight; what the
- *                         test sums in the clear to check the coordinator's
- *                         unmasked result
+ *                         a uint64 count, the floats, a uint64 weight, then
+ *                         the count floats of the state its Task sent; what
+ *                         the test sums in the clear to check the
+ *                         coordinator's unmasked result
  *   FEDMOE_SA_DROP=P:R    leaves (exits at once, status 0, nothing said) when
  *                         about to answer phase P (0-3) of round R: a client
  *                         that drops at that phase; P "upload": about to
@@ -21,7 +22,7 @@
 
 #include "session.h"
 
-static void dump(const float *x, size_t n, uint32_t round, uint64_t weight)
+static void dump(const float *x, const float *ref, size_t n, uint32_t round, uint64_t weight)
 {
     const char *dir = getenv("FEDMOE_SA_DUMP"), *id = getenv("FEDMOE_SA_ID");
     if (!dir || !id)
@@ -35,6 +36,7 @@ static void dump(const float *x, size_t n, uint32_t round, uint64_t weight)
     fwrite(&count, sizeof count, 1, f);
     fwrite(x, sizeof *x, n, f);
     fwrite(&weight, sizeof weight, 1, f);
+    fwrite(ref, sizeof *ref, n, f);
     fclose(f);
 }
 

@@ -174,7 +174,7 @@ static void test_dp_settings(void **state)
         {FM_STRATEGY_PFEDMOAP, 1.0, 0.5, 0.0, FM_CLIP_AUTO, FM_AGG_MEAN, FM_DP_CENTRAL, "nearest peers"},
         {FM_STRATEGY_COMIGS, 1.0, 0.5, 0.0, FM_CLIP_AUTO, FM_AGG_MEDIAN, FM_DP_CENTRAL, "--aggregate mean"},
         {FM_STRATEGY_COMIGS, 1.0, 0.5, 0.0, 2.0, FM_AGG_MEAN, FM_DP_CENTRAL, "--dp-clip alone"},
-        {FM_STRATEGY_COMIGS, 1.0, 0.5, 0.0, FM_CLIP_AUTO, FM_AGG_MEAN, FM_DP_DISTRIBUTED, "not built yet"},
+        {FM_STRATEGY_COMIGS, 1.0, 0.5, 0.0, FM_CLIP_AUTO, FM_AGG_MEAN, FM_DP_DISTRIBUTED, "needs --secure-aggregation"},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         fm_run_spec_t s;
@@ -210,8 +210,10 @@ static void test_dp_settings(void **state)
 }
 
 /* --secure-aggregation: taken with fedavg and comigs under the mean (the
- * coordinator's clipping then off: it cannot see the updates); refused, with
- * the reason, where the coordinator would need to see an update. */
+ * coordinator's clipping then off: it cannot see the updates; a --clip-norm
+ * given becomes the clients' own bound, and differential privacy's noise is
+ * theirs to add, --dp-mode distributed); refused, with the reason, where the
+ * coordinator would need to see an update. */
 static void test_secagg_settings(void **state)
 {
     (void)state;
@@ -219,16 +221,21 @@ static void test_secagg_settings(void **state)
         fm_strategy strategy;
         fm_agg_rule rule;
         double clip_norm, z;
-        const char *says; /* NULL: accepted */
+        fm_dp_mode mode;
+        const char *says;          /* NULL: accepted, */
+        double client_clip, client_z; /* with these bounds for the clients */
     } t[] = {
-        {FM_STRATEGY_FEDAVG, FM_AGG_MEAN, FM_CLIP_AUTO, 0.0, NULL},
-        {FM_STRATEGY_COMIGS, FM_AGG_MEAN, 0.0, 0.0, NULL},
-        {FM_STRATEGY_LOCAL, FM_AGG_MEAN, FM_CLIP_AUTO, 0.0, "averages nothing"},
-        {FM_STRATEGY_PFEDMOAP, FM_AGG_MEAN, FM_CLIP_AUTO, 0.0, "nearest peers"},
-        {FM_STRATEGY_FULL, FM_AGG_MEAN, FM_CLIP_AUTO, 0.0, "nearest peers"},
-        {FM_STRATEGY_FEDAVG, FM_AGG_MEDIAN, FM_CLIP_AUTO, 0.0, "--aggregate mean"},
-        {FM_STRATEGY_FEDAVG, FM_AGG_MEAN, 2.0, 0.0, "cannot clip"},
-        {FM_STRATEGY_FEDAVG, FM_AGG_MEAN, FM_CLIP_AUTO, 1.0, "distributed"},
+        {FM_STRATEGY_FEDAVG, FM_AGG_MEAN, FM_CLIP_AUTO, 0.0, FM_DP_CENTRAL, NULL, 0.0, 0.0},
+        {FM_STRATEGY_COMIGS, FM_AGG_MEAN, 0.0, 0.0, FM_DP_CENTRAL, NULL, 0.0, 0.0},
+        {FM_STRATEGY_FEDAVG, FM_AGG_MEAN, 2.0, 0.0, FM_DP_CENTRAL, NULL, 2.0, 0.0},
+        {FM_STRATEGY_COMIGS, FM_AGG_MEAN, FM_CLIP_AUTO, 1.5, FM_DP_DISTRIBUTED, NULL, 0.5, 1.5},
+        {FM_STRATEGY_LOCAL, FM_AGG_MEAN, FM_CLIP_AUTO, 0.0, FM_DP_CENTRAL, "averages nothing", 0, 0},
+        {FM_STRATEGY_PFEDMOAP, FM_AGG_MEAN, FM_CLIP_AUTO, 0.0, FM_DP_CENTRAL, "nearest peers", 0, 0},
+        {FM_STRATEGY_FULL, FM_AGG_MEAN, FM_CLIP_AUTO, 0.0, FM_DP_CENTRAL, "nearest peers", 0, 0},
+        {FM_STRATEGY_FULL, FM_AGG_MEAN, FM_CLIP_AUTO, 1.0, FM_DP_DISTRIBUTED, "nearest peers", 0, 0},
+        {FM_STRATEGY_FEDAVG, FM_AGG_MEDIAN, FM_CLIP_AUTO, 0.0, FM_DP_CENTRAL, "--aggregate mean", 0, 0},
+        {FM_STRATEGY_FEDAVG, FM_AGG_MEAN, FM_CLIP_AUTO, 1.0, FM_DP_CENTRAL, "needs --dp-mode distributed", 0, 0},
+        {FM_STRATEGY_FEDAVG, FM_AGG_MEAN, 2.0, 1.0, FM_DP_DISTRIBUTED, "--dp-clip alone", 0, 0},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         fm_run_spec_t s;
@@ -239,19 +246,35 @@ static void test_secagg_settings(void **state)
         s.clip_norm = t[i].clip_norm;
         s.dp.noise = t[i].z;
         s.dp.clip = t[i].z > 0 ? 0.5 : 0.0;
+        s.dp.mode = t[i].mode;
         fm_status st = fm_run_spec_finish(&s);
         if (!t[i].says) {
             assert_int_equal(st, FM_OK);
-            assert_true(s.clip_norm == 0.0);
+            assert_true(fm_run_client_clip(&s) == t[i].client_clip);
+            assert_true(fm_run_client_noise(&s) == t[i].client_z);
             char json[8192];
             fm_run_spec_json(&s, json, sizeof json);
             assert_non_null(strstr(json, ",\"secure_aggregation\":true}"));
+            s.secure_aggregation = false; /* (the clients bound nothing without it) */
+            assert_true(fm_run_client_clip(&s) == 0.0 && fm_run_client_noise(&s) == 0.0);
             continue;
         }
         assert_int_equal(st, FM_ERR_ARG);
         if (!strstr(fm_error_last(), t[i].says))
             fail_msg("case %zu: '%s' does not say '%s'", i, fm_error_last(), t[i].says);
     }
+}
+
+/* A client's share of distributed noise: z C / sqrt(t), so that any t or more
+ * of them sum to at least the central mode's z C. */
+static void test_client_noise_share(void **state)
+{
+    (void)state;
+    assert_float_equal(fm_dp_client_sd(2.0, 0.5, 4), 0.5, 1e-15);
+    assert_float_equal(fm_dp_client_sd(1.0, 3.0, 9), 1.0, 1e-15);
+    for (uint32_t t = 1; t < 50; t++)
+        for (uint32_t k = t; k < 60; k++) /* k >= t shares: the sum's spread */
+            assert_true(sqrt((double)k) * fm_dp_client_sd(1.3, 0.7, t) >= 1.3 * 0.7 * (1.0 - 1e-12));
 }
 
 /* The least noise for a budget: it spends at most epsilon, and 0.1% less
@@ -286,6 +309,7 @@ int main(void)
         cmocka_unit_test(test_dp_settings),
         cmocka_unit_test(test_noise_for_budget),
         cmocka_unit_test(test_secagg_settings),
+        cmocka_unit_test(test_client_noise_share),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

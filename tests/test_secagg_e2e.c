@@ -16,6 +16,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,7 +37,14 @@ static char dir[256];
 
 /* The values client id was about to mask in round r (count floats, malloc'd)
  * and their weight, from its dump; NULL when it wrote none. */
+static float *read_dump_ref(const char *tag, const char *id, int r, size_t *count, uint64_t *weight, float **ref);
 static float *read_dump(const char *tag, const char *id, int r, size_t *count, uint64_t *weight)
+{
+    return read_dump_ref(tag, id, r, count, weight, NULL);
+}
+
+/* The same, and (ref not NULL) the state its Task sent, malloc'd. */
+static float *read_dump_ref(const char *tag, const char *id, int r, size_t *count, uint64_t *weight, float **ref)
 {
     char path[768];
     snprintf(path, sizeof path, "%s/%s-dump/%s-r%d.bin", dir, tag, id, r);
@@ -47,9 +55,13 @@ static float *read_dump(const char *tag, const char *id, int r, size_t *count, u
     float *x = NULL;
     bool ok = fread(&n, sizeof n, 1, f) == 1 && n > 0 && n < (1u << 28) && (x = malloc(sizeof *x * n)) &&
               fread(x, sizeof *x, n, f) == n && fread(weight, sizeof *weight, 1, f) == 1;
+    if (ok && ref)
+        ok = (*ref = malloc(sizeof **ref * n)) && fread(*ref, sizeof **ref, n, f) == n;
     fclose(f);
     if (!ok) {
         free(x);
+        if (ref)
+            free(*ref);
         return NULL;
     }
     *count = n;
@@ -60,6 +72,8 @@ static float *read_dump(const char *tag, const char *id, int r, size_t *count, u
  * clients of run `tag`; the last `drop` clients leave at drop_at
  * (FEDMOE_SA_DROP). */
 static const char *tamper_last; /* FEDMOE_SA_TAMPER of the last client (NULL: an honest one) */
+static const char *clip_norm = "off"; /* the coordinator's --clip-norm */
+static const char *privacy[8];        /* more flags for the coordinator (NULL-terminated) */
 
 static pid_t start(const char *tag, bool secagg, const char *drop_at, int drop, pid_t *c, char *db, char *log)
 {
@@ -71,8 +85,14 @@ static pid_t start(const char *tag, bool secagg, const char *drop_at, int drop, 
     procs_client_keys("c", N);
     char *sargv[] = {BIN("server/fedmoe-server"), "--bind", ep, "--db", db, "--rounds", FM_STR(ROUNDS),
                      "--min-clients", "6", "--partitions", FM_STR(N), "--strategy", "fedavg", "--client-examples",
-                     "40", "--local-steps", "3", "--round-timeout", "60", "--client-timeout", "4", "--clip-norm", "off",
-                     secagg ? "--secure-aggregation" : NULL, NULL};
+                     "40", "--local-steps", "3", "--round-timeout", "60", "--client-timeout", "4", "--clip-norm",
+                     (char *)clip_norm, secagg ? "--secure-aggregation" : NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                     NULL, NULL, NULL};
+    int at = 0;
+    while (sargv[at])
+        at++;
+    for (int i = 0; privacy[i]; i++)
+        sargv[at++] = (char *)privacy[i];
     pid_t server = procs_spawn_server(sargv, log);
     assert_true(server > 0);
     for (int i = 0; i < N; i++) {
@@ -269,6 +289,135 @@ static void test_below_threshold_abandoned(void **state)
     }
 }
 
+/* ---- the clients' own bound, and distributed differential privacy -------------- */
+
+/* The largest distance from its Task's state a client's log reports before
+ * its bound ("update at distance D ..."); 0 when none. */
+static double farthest(const char *clog)
+{
+    FILE *f = fopen(clog, "r");
+    char line[1024];
+    double most = 0.0, d;
+    while (f && fgets(line, sizeof line, f)) {
+        const char *at = strstr(line, "update at distance ");
+        if (at && sscanf(at, "update at distance %lf", &d) == 1 && d > most)
+            most = d;
+    }
+    if (f)
+        fclose(f);
+    return most;
+}
+
+/* --clip-norm C under secure aggregation: every client moves what it masks to
+ * within C of the state its Task sent (the coordinator cannot), at least one
+ * of them had to (its log says so), and the result is still the plaintext
+ * mean of what they masked, bit for bit. */
+static void test_clients_bound_their_updates(void **state)
+{
+    (void)state;
+    char db[512], log[512];
+    pid_t c[N];
+    const double C = 0.05;
+    clip_norm = "0.05";
+    pid_t server = start("bound", true, "", 0, c, db, log);
+    clip_norm = "off";
+    check_run("bound", db, server, c, N, N);
+    int moved = 0;
+    for (int i = 0; i < N; i++) {
+        char id[16], clog[600];
+        snprintf(id, sizeof id, "c%d", i);
+        size_t n;
+        uint64_t w;
+        float *ref = NULL, *x = read_dump_ref("bound", id, ROUNDS, &n, &w, &ref);
+        assert_non_null(x);
+        assert_true(fm_distance(x, ref, n) <= C * (1.0 + 1e-4));
+        snprintf(clog, sizeof clog, "%s/bound-c%d.log", dir, i);
+        moved += farthest(clog) > C;
+        free(x);
+        free(ref);
+    }
+    assert_true(moved > 0); /* (the bound did something) */
+}
+
+/* --dp-mode distributed: each client clips its update to --dp-clip C and adds
+ * Gaussian noise of standard deviation z C / sqrt(t) to each value before
+ * masking (its dump is what it masked: the noise's spread read off it), with
+ * weight 1; one of ten leaves before its masked input, and the coordinator's
+ * result is, bit for bit, the sum of the nine it summed plus the unchanged
+ * state for the tenth, over ten (the central mode's fixed denominator), with
+ * no noise of its own on top; epsilon logged each round. */
+static void test_distributed_dp(void **state)
+{
+    (void)state;
+    char db[512], log[512];
+    pid_t c[N];
+    const double z = 1.0, C = 0.05, sd = z * C / sqrt(6.0); /* (t: 6 of 10) */
+    const char *flags[] = {"--dp-noise", "1", "--dp-clip", "0.05", "--dp-mode", "distributed", NULL};
+    memcpy(privacy, flags, sizeof flags);
+    pid_t server = start("ddp", true, "2:" FM_STR(ROUNDS), 1, c, db, log);
+    privacy[0] = NULL;
+    assert_int_equal(procs_wait(server, 300), 0);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(procs_wait(c[i], 30), 0);
+    fm_round_row_t *rounds;
+    fm_client_round_row_t *rows;
+    int nr, nc;
+    procs_finished_run(db, &rounds, &nr, &rows, &nc);
+    assert_int_equal(nr, ROUNDS);
+    assert_int_equal(rounds[ROUNDS - 1].completed, N - 1);
+    for (int r = 0; r < ROUNDS; r++)
+        assert_true(rounds[r].epsilon > 0.0 && (r == 0 || rounds[r].epsilon > rounds[r - 1].epsilon));
+    fm_checkpoint_t ck;
+    int round;
+    procs_latest_checkpoint(db, &ck, &round);
+    size_t n = ck.nglobal + ck.nprompt;
+    float *got = malloc(sizeof *got * n), *want = malloc(sizeof *want * n), *ref = NULL;
+    assert_non_null(got);
+    assert_non_null(want);
+    memcpy(got, ck.global, sizeof *got * ck.nglobal);
+    memcpy(got + ck.nglobal, ck.prompt, sizeof *got * ck.nprompt);
+    fm_aggregator_t *a;
+    assert_int_equal(fm_aggregator_new(&a, n), FM_OK);
+    int summed = 0;
+    for (int i = 0; i < nc; i++) {
+        if (rows[i].round != ROUNDS || strcmp(rows[i].status, "completed") != 0)
+            continue;
+        size_t count;
+        uint64_t w;
+        free(ref);
+        ref = NULL;
+        float *x = read_dump_ref("ddp", rows[i].client_id, ROUNDS, &count, &w, &ref);
+        assert_non_null(x);
+        assert_int_equal(count, n);
+        assert_int_equal(w, 1);
+        double m = 0.0, v = 0.0; /* the noise: x - ref, less than C of it the update */
+        for (size_t j = 0; j < n; j++)
+            m += (double)x[j] - ref[j];
+        m /= (double)n;
+        for (size_t j = 0; j < n; j++)
+            v += ((double)x[j] - ref[j] - m) * ((double)x[j] - ref[j] - m);
+        double spread = sqrt(v / (double)(n - 1));
+        if (fabs(spread / sd - 1.0) > 0.03 || fabs(m) > 5.0 * sd / sqrt((double)n) + C / sqrt((double)n))
+            fail_msg("client %s: noise mean %g spread %g, want 0 and %g", rows[i].client_id, m, spread, sd);
+        assert_int_equal(fm_aggregator_add(a, x, 1), FM_OK);
+        free(x);
+        summed++;
+    }
+    assert_int_equal(summed, N - 1);
+    assert_int_equal(fm_aggregator_add(a, ref, N - summed), FM_OK); /* (the one that left: unchanged) */
+    assert_int_equal(fm_aggregator_result(a, want), FM_OK);
+    assert_memory_equal(want, got, sizeof *want * n);
+    fprintf(stderr, "  ddp: %d noised inputs (spread %.4g each) and 1 unchanged state over %d: the result, bit for "
+            "bit\n", summed, sd, N);
+    fm_aggregator_destroy(&a);
+    fm_checkpoint_free(&ck);
+    free(ref);
+    free(want);
+    free(got);
+    free(rounds);
+    free(rows);
+}
+
 /* ---- what the coordinator holds ------------------------------------------------ */
 
 #define NEEDLE 8 /* floats: 32 bytes of one client's values */
@@ -395,6 +544,8 @@ int main(void)
         cmocka_unit_test(test_malicious_unmask_shares),
         cmocka_unit_test(test_malicious_sealed_shares),
         cmocka_unit_test(test_memory_holds_no_update),
+        cmocka_unit_test(test_clients_bound_their_updates),
+        cmocka_unit_test(test_distributed_dp),
     };
     return procs_run_tests("secagg_e2e", tests, sizeof tests / sizeof tests[0], dir, sizeof dir);
 }

@@ -468,6 +468,50 @@ static void test_welcome_train_spec(void **state)
     assert_int_equal(fm_run_spec_from_welcome(&got, &w.welcome, s.model.specialists), FM_ERR_ARG);
 }
 
+/* Under secure aggregation the clients' own bound and noise travel in the
+ * Welcome and come back as they were; a Welcome with them out of range, or
+ * without secure aggregation, or noise without a bound, is refused. */
+static void test_welcome_client_bounds(void **state)
+{
+    (void)state;
+    const struct { double clip_norm, z; } t[] = {{0.0, 0.0}, {3.0, 0.0}, {FM_CLIP_AUTO, 1.25}};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        fm_run_spec_t s, got;
+        fm_run_spec_default(&s);
+        s.strategy = FM_STRATEGY_FEDAVG;
+        s.secure_aggregation = true;
+        s.clip_norm = t[i].clip_norm;
+        if (t[i].z > 0.0) {
+            s.dp.noise = t[i].z;
+            s.dp.clip = 0.25;
+            s.dp.mode = FM_DP_DISTRIBUTED;
+        }
+        assert_int_equal(fm_run_spec_finish(&s), FM_OK);
+        fm_welcome_pb_t w;
+        fm_run_spec_welcome(&s, "run-x", 2, 1, &w);
+        assert_int_equal(fm_run_spec_from_welcome(&got, &w.welcome, s.model.specialists), FM_OK);
+        assert_true(got.secure_aggregation);
+        assert_true(fm_run_client_clip(&got) == fm_run_client_clip(&s));
+        assert_true(fm_run_client_noise(&got) == fm_run_client_noise(&s));
+    }
+    fm_run_spec_t s, got;
+    fm_run_spec_default(&s);
+    s.strategy = FM_STRATEGY_FEDAVG;
+    s.secure_aggregation = true;
+    assert_int_equal(fm_run_spec_finish(&s), FM_OK);
+    fm_welcome_pb_t w;
+    const struct { double clip, z; bool secagg; } bad[] = {
+        {-1.0, 0.0, true}, {NAN, 0.0, true}, {1.0, -0.5, true}, {0.0, 1.0, true}, {1.0, 0.0, false}, {1.0, 1.0, false},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        fm_run_spec_welcome(&s, "run-x", 2, 1, &w);
+        w.welcome.client_clip = bad[i].clip;
+        w.welcome.client_noise = bad[i].z;
+        w.welcome.secure_aggregation = bad[i].secagg;
+        assert_int_equal(fm_run_spec_from_welcome(&got, &w.welcome, s.model.specialists), FM_ERR_FORMAT);
+    }
+}
+
 /* Every field of the run spec that travels in the Welcome comes back as it
  * was: each set away from its default, compared through the spec's JSON (which
  * names them all; an independent list from the one runspec_wire.c copies). */
@@ -583,6 +627,7 @@ int main(void)
         cmocka_unit_test(test_welcome_train_spec),
         cmocka_unit_test(test_gating_shared),
         cmocka_unit_test(test_welcome_carries_every_field),
+        cmocka_unit_test(test_welcome_client_bounds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -85,6 +85,34 @@ void fm_run_spec_welcome(const fm_run_spec_t *s, const char *run_id, int32_t par
     w->welcome.round = round;
     w->welcome.strategy = (char *)fm_strategy_name(s->strategy);
     w->welcome.secure_aggregation = s->secure_aggregation;
+    w->welcome.client_clip = fm_run_client_clip(s);
+    w->welcome.client_noise = fm_run_client_noise(s);
+}
+
+/* The clients' own bound and noise (secure aggregation) back into the spec,
+ * so that fm_run_client_clip and fm_run_client_noise give them again. */
+static fm_status client_bounds(fm_run_spec_t *s, const Fedmoe__Welcome *w)
+{
+    double clip = w->client_clip, noise = w->client_noise;
+    const char *why = NULL;
+    if (!(clip >= 0.0 && clip <= 1e9) || !(noise >= 0.0 && noise <= 1e6))
+        why = "client_clip must be in 0..1e9 and client_noise in 0..1e6";
+    else if ((clip > 0.0 || noise > 0.0) && !w->secure_aggregation)
+        why = "client_clip and client_noise come only with secure_aggregation";
+    else if (noise > 0.0 && clip == 0.0)
+        why = "client_noise needs client_clip, the bound the noise is scaled to";
+    if (why) {
+        fm_error_set("welcome: %s", why);
+        return FM_ERR_FORMAT;
+    }
+    if (noise > 0.0) {
+        s->dp.noise = noise;
+        s->dp.clip = clip;
+        s->dp.mode = FM_DP_DISTRIBUTED;
+    } else {
+        s->clip_norm = clip;
+    }
+    return FM_OK;
 }
 
 fm_status fm_run_spec_from_welcome(fm_run_spec_t *s, const Fedmoe__Welcome *w, int specialists)
@@ -98,6 +126,8 @@ fm_status fm_run_spec_from_welcome(fm_run_spec_t *s, const Fedmoe__Welcome *w, i
         return FM_ERR_FORMAT;
     s->seed = w->seed;
     s->secure_aggregation = w->secure_aggregation;
+    if (client_bounds(s, w) != FM_OK)
+        return FM_ERR_FORMAT;
     const Fedmoe__ModelSpec *m = w->model;
     const Fedmoe__TrainSpec *t = w->train;
     const Fedmoe__DataSpec *d = w->data;

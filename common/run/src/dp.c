@@ -66,14 +66,16 @@ fm_status fm_dp_spec_check(const fm_dp_spec_t *s)
               "--clip-norm)";
     else if (!fm_dp_on(s) && s->budget > 0.0)
         why = "--dp-epsilon-budget needs --dp-noise (without noise no epsilon is spent, or bounded)";
-    else if (fm_dp_on(s) && s->mode == FM_DP_DISTRIBUTED)
-        why = "--dp-mode distributed (clients adding the noise under --secure-aggregation) is not built yet: "
-              "use --dp-mode central";
     if (why) {
         fm_error_set("%s", why);
         return FM_ERR_ARG;
     }
     return FM_OK;
+}
+
+double fm_dp_client_sd(double noise, double clip, uint32_t t)
+{
+    return t > 0 ? noise * clip / sqrt((double)t) : noise * clip;
 }
 
 /* A uniform in (0, 1] from 53 random bits. */

@@ -468,7 +468,8 @@ static const fm_option_t table[] = {
      FM_OPT_G_RUN,
      "updates travel masked (Bonawitz et al.): the coordinator\n"
      "learns only their sum, whoever drops (fedavg, comigs;\n"
-     "mean; no --clip-norm, no --dp-noise)"},
+     "mean); --clip-norm C is then each client's bound on its\n"
+     "own update, and --dp-noise needs --dp-mode distributed"},
     {"dp-noise", 0, FM_OPT_CUSTOM, "Z", 0, 0, S | M, 0, 0, 0, set_dp_noise, show_dp_noise, NULL, FM_OPT_G_RUN,
      "client-level differential privacy: Gaussian noise of\n"
      "standard deviation Z x C on the sum of the updates, each\n"
@@ -482,8 +483,9 @@ static const fm_option_t table[] = {
     {"dp-delta", 0, FM_OPT_DOUBLE, "D", 1e-300, 0.999999, S | M, SPEC, R(dp.delta), NULL, NULL, NULL, FM_OPT_G_RUN,
      "the delta of the (epsilon, delta) the round log reports"},
     {"dp-mode", 0, FM_OPT_CUSTOM, "M", 0, 0, S | M, 0, 0, 0, set_dp_mode, show_dp_mode, NULL, FM_OPT_G_RUN,
-     "central (the coordinator adds the noise); distributed\n"
-     "(the clients, under secure aggregation) is not built yet"},
+     "central (the coordinator clips and adds the noise) or\n"
+     "distributed (with --secure-aggregation: each client clips\n"
+     "its own update and adds its share of the noise)"},
     {"dp-epsilon-budget", 0, FM_OPT_DOUBLE, "E", 0.0, 1e6, S | M, SPEC, R(dp.budget), NULL, NULL, NULL,
      FM_OPT_G_RUN, "end the run before the round that would spend more\nthan epsilon E; 0 = no budget"},
     {"max-weight", 0, FM_OPT_U64, "N", 1, (double)(1ull << 29), S, 0, O(max_weight), NULL, NULL,

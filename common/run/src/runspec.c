@@ -103,9 +103,10 @@ fm_status fm_clip_norm_parse(const char *flag, const char *text, double *out)
 /* What both privacy modes need of the run (the one place this is decided):
  * something averaged, by the mean, and no client's own values sent anywhere
  * else (pfedmoap's and full's prompt pool); flag names the mode in the
- * refusal. Then the coordinator's own bound on updates gives way:
- * --clip-norm is refused when given, and its learned bound (which would
- * itself tell of the updates) is off. */
+ * refusal. Then the coordinator's own bound on updates gives way: a learned
+ * one (--clip-norm auto, which would itself tell of the updates) is off, and
+ * a number given is refused with clip_why, or, when clip_why is NULL, kept as
+ * the bound the clients put on their own updates (fm_run_client_clip). */
 static fm_status private_average(fm_run_spec_t *s, const char *flag, const char *clip_why)
 {
     const char *why = NULL;
@@ -116,33 +117,58 @@ static fm_status private_average(fm_run_spec_t *s, const char *flag, const char 
               "protect: use fedavg or comigs";
     else if (s->aggregate.rule != FM_AGG_MEAN)
         why = "it needs --aggregate mean: the median and the trimmed mean read every update";
-    else if (s->clip_norm != FM_CLIP_AUTO && s->clip_norm != 0.0)
+    else if (clip_why && s->clip_norm != FM_CLIP_AUTO && s->clip_norm != 0.0)
         why = clip_why;
     if (why) {
         fm_error_set("%s: %s", flag, why);
         return FM_ERR_ARG;
     }
-    s->clip_norm = 0.0;
+    if (s->clip_norm == FM_CLIP_AUTO)
+        s->clip_norm = 0.0;
     return FM_OK;
 }
 
 /* Differential privacy's and secure aggregation's settings against the rest
- * of the run (and, for now, against each other). */
+ * of the run and each other: under secure aggregation the coordinator sees
+ * no update, so the clients bound their own (--clip-norm C, or --dp-clip)
+ * and differential privacy's noise is theirs to add (--dp-mode distributed);
+ * without it, the noise is the coordinator's (central). */
 static fm_status privacy_check(fm_run_spec_t *s)
 {
     fm_status st = fm_dp_spec_check(&s->dp);
-    if (st == FM_OK && s->secure_aggregation && fm_dp_on(&s->dp)) {
-        fm_error_set("--secure-aggregation with --dp-noise needs the noise added by the clients (--dp-mode "
-                     "distributed), which is not built yet");
-        st = FM_ERR_ARG;
+    bool dp = fm_dp_on(&s->dp), distributed = dp && s->dp.mode == FM_DP_DISTRIBUTED;
+    const char *why = NULL;
+    if (st != FM_OK)
+        return st;
+    if (s->secure_aggregation && dp && !distributed)
+        why = "--secure-aggregation with --dp-noise needs --dp-mode distributed: the coordinator cannot clip or "
+              "noise updates it cannot see, so the clients clip theirs and each adds its share of the noise";
+    else if (distributed && !s->secure_aggregation)
+        why = "--dp-mode distributed needs --secure-aggregation: each client adds only a share of the noise, "
+              "which hides its update only inside the masked sum (without masking: --dp-mode central)";
+    if (why) {
+        fm_error_set("%s", why);
+        return FM_ERR_ARG;
     }
-    if (st == FM_OK && s->secure_aggregation)
-        st = private_average(s, "--secure-aggregation",
-                             "the coordinator cannot clip updates it cannot see (--clip-norm); clients clipping their "
-                             "own is not built yet");
-    if (st == FM_OK && fm_dp_on(&s->dp))
+    if (s->secure_aggregation)
+        st = private_average(s, "--secure-aggregation", NULL); /* (--clip-norm C: the clients' own bound) */
+    if (st == FM_OK && dp)
         st = private_average(s, "--dp-noise", "--clip-norm and --dp-clip both bound the updates: give --dp-clip alone");
     return st;
+}
+
+double fm_run_client_clip(const fm_run_spec_t *s)
+{
+    if (!s->secure_aggregation)
+        return 0.0;
+    if (fm_dp_on(&s->dp))
+        return s->dp.clip;
+    return s->clip_norm > 0.0 ? s->clip_norm : 0.0;
+}
+
+double fm_run_client_noise(const fm_run_spec_t *s)
+{
+    return s->secure_aggregation && fm_dp_on(&s->dp) && s->dp.mode == FM_DP_DISTRIBUTED ? s->dp.noise : 0.0;
 }
 
 fm_status fm_run_spec_finish(fm_run_spec_t *s)

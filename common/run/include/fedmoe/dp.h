@@ -7,7 +7,9 @@
  * that sent nothing as unchanged (a fixed denominator: the round's selected
  * clients), adds Gaussian noise of standard deviation z C to the sum and
  * divides. The accountant (fedmoe/accountant.h) turns z, the sampling rate
- * and the rounds into (epsilon, delta). The noise is drawn from OpenSSL's
+ * and the rounds into (epsilon, delta). In distributed mode (with secure
+ * aggregation) the clients clip their own updates and each adds its share of
+ * the noise before masking: fm_dp_client_sd. The noise is drawn from OpenSSL's
  * cryptographic generator, never from the reproducible training streams
  * (fedmoe/rng.h): noise that could be replayed from a seed would protect
  * nothing. */
@@ -16,6 +18,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "fedmoe/status.h"
 
@@ -49,6 +52,14 @@ fm_status fm_dp_spec_check(const fm_dp_spec_t *s);
 /* "central" or "distributed", and the inverse (FM_ERR_ARG with a reason naming flag). */
 const char *fm_dp_mode_name(fm_dp_mode m);
 fm_status fm_dp_mode_parse(const char *flag, const char *name, fm_dp_mode *out);
+
+/* Distributed mode: the standard deviation of the noise each client of a
+ * round with threshold t adds to each value, z C / sqrt(t). The coordinator
+ * sums k >= t of them (a round with fewer is abandoned), so the sum carries
+ * noise of standard deviation z C sqrt(k / t) >= z C: at least the central
+ * mode's, whoever drops, and at most sqrt(n / t) of it (about 1.4 at a
+ * majority threshold) when nobody does. */
+double fm_dp_client_sd(double noise, double clip, uint32_t t);
 
 /* Adds independent Gaussian noise of standard deviation sd (>= 0) to each of
  * x[0..n), a block at a time (memory: one block). FM_ERR_ARG for a bad sd;

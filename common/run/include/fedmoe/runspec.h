@@ -94,7 +94,9 @@ typedef struct fm_run_spec {
     fm_agg_spec_t aggregate;   /* mean */
     double clip_norm;          /* bound on each update's L2 distance from the state it was sent:
                                 * > 0 fixed, 0 none, FM_CLIP_AUTO (the default; off under
-                                * differential privacy, whose dp.clip bounds the updates) */
+                                * differential privacy, whose dp.clip bounds the updates, and
+                                * under secure aggregation, where a number given is the
+                                * clients' own bound: fm_run_client_clip) */
     fm_dp_spec_t dp;           /* client-level differential privacy (off by default) */
     bool secure_aggregation;   /* updates travel masked: the coordinator learns only their sum
                                 * (docs/secure-aggregation.md; off by default) */
@@ -106,6 +108,17 @@ typedef struct fm_run_spec {
 /* The Task.eval_sample of round (1-based) out of rounds: the last round
  * evaluates everything (0). */
 uint32_t fm_run_eval_sample(const fm_run_spec_t *s, int round, int rounds);
+
+/* Under secure aggregation the clients bound their own updates (the
+ * coordinator cannot see them): the L2 distance of what a client masks
+ * (model and prompt together) from the state its Task sent, at most this
+ * (--dp-clip under differential privacy, else --clip-norm C; 0: no bound).
+ * Travels as Welcome.client_clip. 0 without secure aggregation. */
+double fm_run_client_clip(const fm_run_spec_t *s);
+/* Under secure aggregation with --dp-mode distributed: the noise multiplier
+ * z each client adds its share of (fm_dp_client_sd); 0 otherwise. Travels as
+ * Welcome.client_noise. */
+double fm_run_client_noise(const fm_run_spec_t *s);
 
 /* clip_norm FM_CLIP_AUTO: FM_CLIP_AUTO_FACTOR x the lower median distance of
  * the previous round's accepted updates; before a round has committed, of the
