@@ -83,6 +83,7 @@ static fm_dataset_t synthetic(const fm_model_config_t *mc, size_t n, fm_rng_t *r
 typedef struct {
     fm_model_config_t mc;
     int batch, steps, repeats, threads;
+    bool shapes; /* --gemm-shapes: then a table of the step's matrix products by shape */
 } train_args_t;
 
 /* fedmoe-bench train's flags into a: -1 to go on, else the exit code (0 after --help). */
@@ -92,7 +93,7 @@ static int train_args(int argc, char **argv, train_args_t *a)
                                          {"task", required_argument, 0, 'k'}, {"context", required_argument, 0, 'c'},
                                          {"steps", required_argument, 0, 'n'}, {"repeats", required_argument, 0, 'r'},
                                          {"threads", required_argument, 0, 't'}, {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+                                         {"gemm-shapes", no_argument, 0, 'g'}, {0, 0, 0, 0}};
     *a = (train_args_t){.batch = 32, .steps = 200, .repeats = 5, .threads = 1};
     fm_model_config_default(&a->mc);
     int context = 0, c;
@@ -111,9 +112,12 @@ static int train_args(int argc, char **argv, train_args_t *a)
         case 'n': st = fm_arg_int("--steps", optarg, 1, 1000000, &a->steps); break;
         case 'r': st = fm_arg_int("--repeats", optarg, 1, 1000, &a->repeats); break;
         case 't': st = fm_arg_int("--threads", optarg, 1, 256, &a->threads); break;
+        case 'g': a->shapes = true; break;
         case 'h':
             printf("usage: fedmoe-bench train [--task image|text] [--stem mlp|cnn] [--batch 32] [--context T (text)] "
-                   "[--steps 200] [--repeats 5] [--threads 1]\n");
+                   "[--steps 200] [--repeats 5] [--threads 1] [--gemm-shapes]\n"
+                   "  --gemm-shapes  after the JSON line, the lower-level step's matrix products by\n"
+                   "                 shape (calls a step, time, GFLOP/s, share of the step)\n");
             return 0;
         default:
             fm_error_set("unknown or incomplete option '%s'", argv[optind - 1]);
@@ -131,6 +135,72 @@ static int train_args(int argc, char **argv, train_args_t *a)
     if (context)
         a->mc.context = context;
     return -1;
+}
+
+typedef struct {
+    bool ta, tb;
+    int m0, m1, N, k0, k1; /* M in m0..m1, K in k0..k1: an expert's products take the tokens routed to it, as
+                              M, or as K in its weights' gradient (op TN) */
+    double calls, seconds, flop;
+} shape_row_t;
+
+static int by_seconds(const void *x, const void *y)
+{
+    double a = ((const shape_row_t *)x)->seconds, b = ((const shape_row_t *)y)->seconds;
+    return (a < b) - (a > b);
+}
+
+/* steps more lower-level steps with every matrix product timed: a table of
+ * the shapes, the slowest first (op: N or T for each operand as fm_gemm
+ * takes it, row-major; C (M,N) = op(A) (M,K) op(B) (K,N)); products that
+ * differ only in the tokens routed to an expert (M; K for a weight gradient,
+ * op TN) are one row. */
+static void print_shapes(fm_trainer_t *t, fm_batch_t *b, int pool, int steps)
+{
+    fm_gemm_profile(true);
+    double t0 = fm_clock_seconds();
+    for (int i = 0; i < steps; i++)
+        fm_trainer_step(t, FM_LEVEL_LOWER, &b[i % pool]);
+    double step = (fm_clock_seconds() - t0) / steps, gemm = 0.0;
+    fm_gemm_profile(false);
+    const fm_gemm_shape_t *v;
+    int n = fm_gemm_profile_shapes(&v), k = 0;
+    shape_row_t *rows = calloc((size_t)(n ? n : 1), sizeof *rows);
+    if (!rows)
+        return;
+    for (int i = 0; i < n; i++) {
+        const fm_gemm_shape_t *g = &v[i];
+        int j = 0;
+        bool tn = g->trans_a && !g->trans_b; /* (then K varies, else M) */
+        while (j < k && !(rows[j].ta == g->trans_a && rows[j].tb == g->trans_b && rows[j].N == g->N &&
+                          (tn ? rows[j].m0 == g->M : rows[j].k0 == g->K)))
+            j++;
+        if (j == k)
+            rows[k++] = (shape_row_t){g->trans_a, g->trans_b, g->M, g->M, g->N, g->K, g->K, 0, 0, 0};
+        shape_row_t *r = &rows[j];
+        r->m0 = g->M < r->m0 ? g->M : r->m0;
+        r->m1 = g->M > r->m1 ? g->M : r->m1;
+        r->k0 = g->K < r->k0 ? g->K : r->k0;
+        r->k1 = g->K > r->k1 ? g->K : r->k1;
+        r->calls += (double)g->calls / steps;
+        r->seconds += g->seconds / steps;
+        r->flop += 2.0 * g->M * g->N * g->K * (double)g->calls / steps;
+    }
+    qsort(rows, (size_t)k, sizeof *rows, by_seconds);
+    printf("| op | M | N | K | calls a step | us a step | GFLOP/s | share of the step |\n"
+           "|---|--:|--:|--:|--:|--:|--:|--:|\n");
+    for (int i = 0; i < k; i++) {
+        const shape_row_t *r = &rows[i];
+        char m[32], kk[32];
+        snprintf(m, sizeof m, r->m0 == r->m1 ? "%d" : "%d-%d", r->m0, r->m1);
+        snprintf(kk, sizeof kk, r->k0 == r->k1 ? "%d" : "%d-%d", r->k0, r->k1);
+        gemm += r->seconds;
+        printf("| %c%c | %s | %d | %s | %.2f | %.1f | %.1f | %.1f%% |\n", r->ta ? 'T' : 'N', r->tb ? 'T' : 'N', m, r->N,
+               kk, r->calls, 1e6 * r->seconds, r->flop / r->seconds / 1e9, 100.0 * r->seconds / step);
+    }
+    printf("step %.1f us: matrix products %.1f%%, the rest (elementwise passes, gathers, optimizer) %.1f%%\n",
+           1e6 * step, 100.0 * gemm / step, 100.0 * (1.0 - gemm / step));
+    free(rows);
 }
 
 static int bench_train(int argc, char **argv)
@@ -189,6 +259,8 @@ static int bench_train(int argc, char **argv)
            "\"gemm_gflops\":%.2f,\"sgemm_peak_gflops\":%.2f,\"peak_fraction\":%.3f,\"params\":%zu}\n",
            fm_family_name(a.mc.family), fm_stem_name(a.mc.stem), a.batch, text ? a.mc.context : 0, a.threads, a.steps,
            a.repeats, unit, s, unit, u, g, peak, g / peak, fm_params_total(fm_model_params(m)));
+    if (a.shapes)
+        print_shapes(t, b, pool, a.steps);
     free(sps);
     free(gfl);
     free(usps);

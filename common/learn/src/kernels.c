@@ -4,10 +4,46 @@
 #include <math.h>
 #include <string.h>
 
+#include "fedmoe/clock.h"
+
 static bool g_naive = false;
 static _Thread_local uint64_t g_flops = 0;
 
 uint64_t fm_gemm_flops(void) { return g_flops; }
+
+/* The shape profile (benchmarks only): off unless asked, then one thread's. */
+#define PROFILE_SHAPES 128
+static bool g_profile = false;
+static fm_gemm_shape_t g_shapes[PROFILE_SHAPES];
+static int g_nshapes = 0;
+
+void fm_gemm_profile(bool on)
+{
+    if (on && !g_profile)
+        g_nshapes = 0;
+    g_profile = on;
+}
+
+int fm_gemm_profile_shapes(const fm_gemm_shape_t **out)
+{
+    *out = g_shapes;
+    return g_nshapes;
+}
+
+static void profile_add(bool ta, bool tb, int M, int N, int K, double seconds)
+{
+    int i = 0;
+    while (i < g_nshapes && !(g_shapes[i].trans_a == ta && g_shapes[i].trans_b == tb && g_shapes[i].M == M &&
+                              g_shapes[i].N == N && g_shapes[i].K == K))
+        i++;
+    if (i == g_nshapes) {
+        if (g_nshapes == PROFILE_SHAPES)
+            return; /* (more shapes than a model has: left out) */
+        g_shapes[g_nshapes++] = (fm_gemm_shape_t){.trans_a = ta, .trans_b = tb, .M = M, .N = N, .K = K};
+    }
+    g_shapes[i].calls++;
+    g_shapes[i].seconds += seconds;
+}
 
 void fm_kernels_set_threads(int threads) { openblas_set_num_threads(threads > 0 ? threads : 1); }
 
@@ -23,8 +59,11 @@ void fm_gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const
         fm_gemm_naive(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
+    double t0 = g_profile ? fm_clock_seconds() : 0.0;
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
                 M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (g_profile)
+        profile_add(trans_a, trans_b, M, N, K, fm_clock_seconds() - t0);
 }
 
 void fm_gemm_naive(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A,

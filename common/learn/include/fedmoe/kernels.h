@@ -23,6 +23,17 @@ void fm_gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const
 uint64_t fm_gemm_flops(void);
 void fm_gemm_naive(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A,
                    int lda, const float *B, int ldb, float beta, float *C, int ldc);
+/* A profile of fm_gemm by shape, for benchmarks (fedmoe-bench train
+ * --gemm-shapes): on, it times every call, single-threaded callers only;
+ * turning it on clears it. Up to 128 shapes, in the order first seen. */
+typedef struct {
+    bool trans_a, trans_b;
+    int M, N, K;
+    uint64_t calls;
+    double seconds;
+} fm_gemm_shape_t;
+void fm_gemm_profile(bool on);
+int fm_gemm_profile_shapes(const fm_gemm_shape_t **out);
 
 /* x (B,K), w (N,K), b (N) or NULL -> y (B,N) = x w^T + b */
 void fm_linear_forward(float *y, const float *x, const float *w, const float *b, int B, int K, int N);
