@@ -253,11 +253,14 @@ void fm_topk(int *idx, const float *x, int n, int k)
     }
 }
 
+#define CE_KEPT 512 /* (a byte model predicts 256 classes, an image model 10) */
+
 float fm_cross_entropy(float *dlogits, int *correct, const float *logits, const uint8_t *labels,
                        int B, int C, float scale)
 {
-    double loss = 0.0;
+    double loss = 0.0, e[CE_KEPT]; /* a row's exponentials, computed once when it has at most CE_KEPT classes */
     int right = 0;
+    const bool kept = C <= CE_KEPT;
     for (int i = 0; i < B; i++) {
         const float *z = logits + (size_t)i * C;
         int arg = 0;
@@ -269,13 +272,17 @@ float fm_cross_entropy(float *dlogits, int *correct, const float *logits, const 
             }
         right += arg == labels[i];
         double s = 0.0;
-        for (int c = 0; c < C; c++)
-            s += exp((double)(z[c] - mx));
+        for (int c = 0; c < C; c++) {
+            double ec = exp((double)(z[c] - mx));
+            s += ec;
+            if (kept)
+                e[c] = ec;
+        }
         loss += log(s) - (double)(z[labels[i]] - mx);
         if (dlogits) {
             float *d = dlogits + (size_t)i * C;
             for (int c = 0; c < C; c++)
-                d[c] = (float)(exp((double)(z[c] - mx)) / s) * scale / (float)B;
+                d[c] = (float)((kept ? e[c] : exp((double)(z[c] - mx))) / s) * scale / (float)B;
             d[labels[i]] -= scale / (float)B;
         }
     }
