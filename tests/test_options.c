@@ -34,8 +34,10 @@ static void test_server_flags(void **state)
     fm_run_spec_t spec;
     const char *args[] = {"--rounds", "7", "--min-clients=3", "--strategy", "comigs", "--pathological", "3", "--stem",
                           "cnn", "--tau", "5", "--lr", "0.01", "--new-run", "--max-message", "4096", "-v", "--seed",
-                          "18446744073709551615", "--lr-schedule", "constant", "--bind", "tcp://*:7000", NULL};
+                          "18446744073709551615", "--lr-schedule", "constant", "--bind", "tcp://*:7000",
+                          "--prompt-pool", "off", NULL};
     assert_int_equal(parse(&o, &spec, FM_PROG_SERVER, args), FM_OK);
+    assert_int_equal(spec.model.max_nonlocal, 0); /* (--prompt-pool off: no non-local prompt slots) */
     assert_int_equal(o.rounds, 7);
     assert_int_equal(o.min_clients, 3);
     assert_int_equal(spec.strategy, FM_STRATEGY_COMIGS);
@@ -52,8 +54,9 @@ static void test_server_flags(void **state)
     assert_true(fm_options_given(&o, "min_clients"));
     assert_false(fm_options_given(&o, "fraction"));
     /* the last of the partition flags wins */
-    const char *args2[] = {"--pathological", "3", "--iid", "--dirichlet", "0.5", NULL};
+    const char *args2[] = {"--pathological", "3", "--iid", "--dirichlet", "0.5", "--prompt-pool", "on", NULL};
     assert_int_equal(parse(&o, &spec, FM_PROG_SERVER, args2), FM_OK);
+    assert_true(spec.model.max_nonlocal > 0);
     assert_int_equal(spec.part.kind, FM_PARTITION_DIRICHLET);
     assert_true(spec.part.alpha == 0.5);
 }

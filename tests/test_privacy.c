@@ -265,6 +265,34 @@ static void test_secagg_settings(void **state)
     }
 }
 
+/* --prompt-pool off (no non-local prompt slots): pfedmoap and full send
+ * nothing of one client to another, so both privacy modes take them (their
+ * prompts averaged with the rest); with the pool on they are refused with a
+ * line that names the way out. */
+static void test_pool_off(void **state)
+{
+    (void)state;
+    const fm_strategy pool[] = {FM_STRATEGY_PFEDMOAP, FM_STRATEGY_FULL};
+    for (int i = 0; i < 2; i++)
+        for (int mode = 0; mode < 2; mode++) { /* secure aggregation, central DP */
+            fm_run_spec_t s;
+            fm_run_spec_default(&s);
+            s.strategy = pool[i];
+            if (mode == 0) {
+                s.secure_aggregation = true;
+            } else {
+                s.dp.noise = 1.0;
+                s.dp.clip = 0.5;
+            }
+            assert_true(fm_run_uses_pool(&s));
+            assert_int_equal(fm_run_spec_finish(&s), FM_ERR_ARG);
+            assert_non_null(strstr(fm_error_last(), "--prompt-pool off"));
+            s.model.max_nonlocal = 0;
+            assert_false(fm_run_uses_pool(&s));
+            assert_int_equal(fm_run_spec_finish(&s), FM_OK);
+        }
+}
+
 /* A client's share of distributed noise: z C / sqrt(t), so that any t or more
  * of them sum to at least the central mode's z C. */
 static void test_client_noise_share(void **state)
@@ -310,6 +338,7 @@ int main(void)
         cmocka_unit_test(test_noise_for_budget),
         cmocka_unit_test(test_secagg_settings),
         cmocka_unit_test(test_client_noise_share),
+        cmocka_unit_test(test_pool_off),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -73,6 +73,7 @@ static float *read_dump_ref(const char *tag, const char *id, int r, size_t *coun
  * (FEDMOE_SA_DROP). */
 static const char *tamper_last; /* FEDMOE_SA_TAMPER of the last client (NULL: an honest one) */
 static const char *clip_norm = "off"; /* the coordinator's --clip-norm */
+static const char *strategy = "fedavg";
 static const char *privacy[8];        /* more flags for the coordinator (NULL-terminated) */
 
 static pid_t start(const char *tag, bool secagg, const char *drop_at, int drop, pid_t *c, char *db, char *log)
@@ -84,7 +85,7 @@ static pid_t start(const char *tag, bool secagg, const char *drop_at, int drop, 
     mkdir(dumps, 0700);
     procs_client_keys("c", N);
     char *sargv[] = {BIN("server/fedmoe-server"), "--bind", ep, "--db", db, "--rounds", FM_STR(ROUNDS),
-                     "--min-clients", "6", "--partitions", FM_STR(N), "--strategy", "fedavg", "--client-examples",
+                     "--min-clients", "6", "--partitions", FM_STR(N), "--strategy", (char *)strategy, "--client-examples",
                      "40", "--local-steps", "3", "--round-timeout", "60", "--client-timeout", "4", "--clip-norm",
                      (char *)clip_norm, secagg ? "--secure-aggregation" : NULL, NULL, NULL, NULL, NULL, NULL, NULL,
                      NULL, NULL, NULL};
@@ -339,6 +340,25 @@ static void test_clients_bound_their_updates(void **state)
     assert_true(moved > 0); /* (the bound did something) */
 }
 
+/* full with --prompt-pool off: the prompts are averaged with the model and
+ * masked with it (the pool, which would send each client's prompt to its
+ * peers, is off); the result, model and global prompt, is the plaintext mean
+ * of what the clients masked, bit for bit, with one of ten leaving before
+ * its masked input. */
+static void test_full_without_pool(void **state)
+{
+    (void)state;
+    char db[512], log[512];
+    pid_t c[N];
+    const char *flags[] = {"--prompt-pool", "off", NULL};
+    memcpy(privacy, flags, sizeof flags);
+    strategy = "full";
+    pid_t server = start("full", true, "2:" FM_STR(ROUNDS), 1, c, db, log);
+    strategy = "fedavg";
+    privacy[0] = NULL;
+    check_run("full", db, server, c, N, N - 1);
+}
+
 /* --dp-mode distributed: each client clips its update to --dp-clip C and adds
  * Gaussian noise of standard deviation z C / sqrt(t) to each value before
  * masking (its dump is what it masked: the noise's spread read off it), with
@@ -545,6 +565,7 @@ int main(void)
         cmocka_unit_test(test_malicious_sealed_shares),
         cmocka_unit_test(test_memory_holds_no_update),
         cmocka_unit_test(test_clients_bound_their_updates),
+        cmocka_unit_test(test_full_without_pool),
         cmocka_unit_test(test_distributed_dp),
     };
     return procs_run_tests("secagg_e2e", tests, sizeof tests / sizeof tests[0], dir, sizeof dir);

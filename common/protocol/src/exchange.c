@@ -14,7 +14,7 @@ fm_exchange_t fm_exchange_of(const fm_run_spec_t *s)
     bool head = fm_model_config_has_head(&s->model);
     e.model = fm_strategy_traits(s->strategy)->model;
     e.prompt = head && fm_strategy_shares_prompt(s->strategy);
-    e.pool = head && fm_strategy_uses_pool(s->strategy);
+    e.pool = fm_run_uses_pool(s);
     return e;
 }
 

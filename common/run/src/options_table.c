@@ -66,6 +66,25 @@ static void show_gating(const fm_options_t *o, char *buf, size_t cap)
     snprintf(buf, cap, "%s", o->spec->model.gating_shared ? "shared" : "local");
 }
 
+/* --prompt-pool off: no client is sent its nearest peers' prompts (the
+ * model's non-local prompt slots, max_nonlocal, are none); on: the default K. */
+static fm_status set_prompt_pool(fm_options_t *o, const char *flag, const char *v)
+{
+    if (strcmp(v, "on") && strcmp(v, "off")) {
+        fm_error_set("%s: '%s' is not on or off", flag, v);
+        return FM_ERR_ARG;
+    }
+    fm_model_config_t d;
+    fm_model_config_default(&d);
+    o->spec->model.max_nonlocal = strcmp(v, "on") == 0 ? d.max_nonlocal : 0;
+    return FM_OK;
+}
+
+static void show_prompt_pool(const fm_options_t *o, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", o->spec->model.max_nonlocal > 0 ? "on" : "off");
+}
+
 /* --task text: the text model and, unless given, its data (the fortunes, a
  * language a client) and strategy (comigs; the prompt head is the image
  * task's). Flags given before it keep their values; flags after it override. */
@@ -402,6 +421,11 @@ static const fm_option_t table[] = {
      FM_OPT_G_MODEL, "pfedmoap and full: where the prompt gating network lives: local\n"
      "(each client's own, as pFedMoAP) or shared (averaged with the\n"
      "shared group: for clients with little data of one task)"},
+    {"prompt-pool", 0, FM_OPT_CUSTOM, "on|off", 0, 0, S | M, 0, 0, 0, set_prompt_pool, show_prompt_pool, NULL,
+     FM_OPT_G_MODEL, "pfedmoap and full: send each client its nearest peers'\n"
+     "prompts as frozen experts (on), or only the averaged\n"
+     "global prompt (off: nothing of one client reaches another,\n"
+     "so --secure-aggregation and --dp-noise can take them)"},
     {"context", 0, FM_OPT_INT, "T", 1, 4096, S | C | M, SPEC, R(model.context), NULL, NULL, FM_XSTR(FM_TEXT_CONTEXT), FM_OPT_G_MODEL,
      "text: bytes of context"},
     {"generalists", 0, FM_OPT_INT, "G", 0, 64, S | C | M, SPEC, R(model.generalists), NULL, NULL, NULL,

@@ -33,6 +33,11 @@ const fm_strategy_traits_t *fm_strategy_traits(fm_strategy s)
 
 bool fm_strategy_shares_prompt(fm_strategy s) { return fm_strategy_traits(s)->shares_prompt; }
 bool fm_strategy_uses_pool(fm_strategy s) { return fm_strategy_traits(s)->uses_pool; }
+
+bool fm_run_uses_pool(const fm_run_spec_t *s)
+{
+    return fm_strategy_uses_pool(s->strategy) && fm_model_config_has_head(&s->model) && s->model.max_nonlocal > 0;
+}
 bool fm_strategy_averages_local(fm_strategy s) { return fm_strategy_traits(s)->averages_local; }
 
 bool fm_strategy_federates(fm_strategy s, const fm_param_t *p)
@@ -102,7 +107,7 @@ fm_status fm_clip_norm_parse(const char *flag, const char *text, double *out)
 
 /* What both privacy modes need of the run (the one place this is decided):
  * something averaged, by the mean, and no client's own values sent anywhere
- * else (pfedmoap's and full's prompt pool); flag names the mode in the
+ * else (pfedmoap's and full's prompt pool, unless off); flag names the mode in the
  * refusal. Then the coordinator's own bound on updates gives way: a learned
  * one (--clip-norm auto, which would itself tell of the updates) is off, and
  * a number given is refused with clip_why, or, when clip_why is NULL, kept as
@@ -112,9 +117,9 @@ static fm_status private_average(fm_run_spec_t *s, const char *flag, const char 
     const char *why = NULL;
     if (!fm_strategy_traits(s->strategy)->model)
         why = "strategy local averages nothing: there is no shared result to protect";
-    else if (fm_strategy_uses_pool(s->strategy))
+    else if (fm_run_uses_pool(s))
         why = "pfedmoap and full also send each client's own prompt to its nearest peers, which it does not "
-              "protect: use fedavg or comigs";
+              "protect: use fedavg or comigs, or --prompt-pool off";
     else if (s->aggregate.rule != FM_AGG_MEAN)
         why = "it needs --aggregate mean: the median and the trimmed mean read every update";
     else if (clip_why && s->clip_norm != FM_CLIP_AUTO && s->clip_norm != 0.0)

@@ -120,6 +120,11 @@ double fm_run_client_clip(const fm_run_spec_t *s);
  * Welcome.client_noise. */
 double fm_run_client_noise(const fm_run_spec_t *s);
 
+/* The run sends each client its nearest peers' prompts: a pool strategy with
+ * the prompt head and non-local slots (--prompt-pool on). The one place this
+ * is decided (fm_exchange_of asks it). */
+bool fm_run_uses_pool(const fm_run_spec_t *s);
+
 /* clip_norm FM_CLIP_AUTO: FM_CLIP_AUTO_FACTOR x the lower median distance of
  * the previous round's accepted updates; before a round has committed, of the
  * round's own first FM_CLIP_SAMPLE (the coordinator keeps those, then clips
