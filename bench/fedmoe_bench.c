@@ -164,7 +164,7 @@ static void print_shapes(fm_trainer_t *t, fm_batch_t *b, int pool, int steps)
     double step = (fm_clock_seconds() - t0) / steps, gemm = 0.0;
     fm_gemm_profile(false);
     const fm_gemm_shape_t *v;
-    int n = fm_gemm_profile_shapes(&v), k = 0;
+    int lost, n = fm_gemm_profile_shapes(&v, &lost), k = 0;
     shape_row_t *rows = calloc((size_t)(n ? n : 1), sizeof *rows);
     if (!rows)
         return;
@@ -198,8 +198,9 @@ static void print_shapes(fm_trainer_t *t, fm_batch_t *b, int pool, int steps)
         printf("| %c%c | %s | %d | %s | %.2f | %.1f | %.1f | %.1f%% |\n", r->ta ? 'T' : 'N', r->tb ? 'T' : 'N', m, r->N,
                kk, r->calls, 1e6 * r->seconds, r->flop / r->seconds / 1e9, 100.0 * r->seconds / step);
     }
-    printf("step %.1f us: matrix products %.1f%%, the rest (elementwise passes, gathers, optimizer) %.1f%%\n",
-           1e6 * step, 100.0 * gemm / step, 100.0 * (1.0 - gemm / step));
+    printf("step %.1f us: matrix products %.1f%%, the rest (elementwise passes, gathers, optimizer) %.1f%%%s\n",
+           1e6 * step, 100.0 * gemm / step, 100.0 * (1.0 - gemm / step),
+           lost ? " (some products' shapes did not fit the profile: not counted)" : "");
     free(rows);
 }
 

@@ -11,38 +11,53 @@ static _Thread_local uint64_t g_flops = 0;
 
 uint64_t fm_gemm_flops(void) { return g_flops; }
 
-/* The shape profile (benchmarks only): off unless asked, then one thread's. */
-#define PROFILE_SHAPES 128
+/* The shape profile (benchmarks only): off unless asked, then one thread's;
+ * shapes found through an open-addressed table (a text step has a thousand:
+ * its experts' rows vary), listed in the order first seen. */
+#define PROFILE_SHAPES 4096 /* (a power of two) */
 static bool g_profile = false;
 static fm_gemm_shape_t g_shapes[PROFILE_SHAPES];
-static int g_nshapes = 0;
+static int g_slot[PROFILE_SHAPES]; /* index + 1 into g_shapes; 0: empty */
+static int g_nshapes = 0, g_lost = 0;
 
 void fm_gemm_profile(bool on)
 {
-    if (on && !g_profile)
-        g_nshapes = 0;
+    if (on && !g_profile) {
+        g_nshapes = g_lost = 0;
+        memset(g_slot, 0, sizeof g_slot);
+    }
     g_profile = on;
 }
 
-int fm_gemm_profile_shapes(const fm_gemm_shape_t **out)
+int fm_gemm_profile_shapes(const fm_gemm_shape_t **out, int *lost)
 {
     *out = g_shapes;
+    *lost = g_lost;
     return g_nshapes;
 }
 
 static void profile_add(bool ta, bool tb, int M, int N, int K, double seconds)
 {
-    int i = 0;
-    while (i < g_nshapes && !(g_shapes[i].trans_a == ta && g_shapes[i].trans_b == tb && g_shapes[i].M == M &&
-                              g_shapes[i].N == N && g_shapes[i].K == K))
-        i++;
-    if (i == g_nshapes) {
-        if (g_nshapes == PROFILE_SHAPES)
-            return; /* (more shapes than a model has: left out) */
-        g_shapes[g_nshapes++] = (fm_gemm_shape_t){.trans_a = ta, .trans_b = tb, .M = M, .N = N, .K = K};
+    uint64_t h = ((uint64_t)(unsigned)M * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)(unsigned)N * 0xC2B2AE3D27D4EB4Full) ^
+                 ((uint64_t)(unsigned)K * 0x165667B19E3779F9ull) ^ (uint64_t)(ta * 2 + tb);
+    for (unsigned probe = 0, at = (unsigned)(h >> 40) & (PROFILE_SHAPES - 1); probe < PROFILE_SHAPES;
+         probe++, at = (at + 1) & (PROFILE_SHAPES - 1)) {
+        int i = g_slot[at] - 1;
+        if (i < 0) {
+            if (g_nshapes == PROFILE_SHAPES - 1) /* (kept below full: a probe always ends) */
+                break;
+            i = g_nshapes++;
+            g_slot[at] = i + 1;
+            g_shapes[i] = (fm_gemm_shape_t){.trans_a = ta, .trans_b = tb, .M = M, .N = N, .K = K};
+        } else if (!(g_shapes[i].trans_a == ta && g_shapes[i].trans_b == tb && g_shapes[i].M == M &&
+                     g_shapes[i].N == N && g_shapes[i].K == K)) {
+            continue;
+        }
+        g_shapes[i].calls++;
+        g_shapes[i].seconds += seconds;
+        return;
     }
-    g_shapes[i].calls++;
-    g_shapes[i].seconds += seconds;
+    g_lost++;
 }
 
 void fm_kernels_set_threads(int threads) { openblas_set_num_threads(threads > 0 ? threads : 1); }

@@ -25,7 +25,8 @@ void fm_gemm_naive(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                    int lda, const float *B, int ldb, float beta, float *C, int ldc);
 /* A profile of fm_gemm by shape, for benchmarks (fedmoe-bench train
  * --gemm-shapes): on, it times every call, single-threaded callers only;
- * turning it on clears it. Up to 128 shapes, in the order first seen. */
+ * turning it on clears it. Up to 4,095 shapes, in the order first seen;
+ * *lost counts the calls of shapes beyond them. */
 typedef struct {
     bool trans_a, trans_b;
     int M, N, K;
@@ -33,7 +34,7 @@ typedef struct {
     double seconds;
 } fm_gemm_shape_t;
 void fm_gemm_profile(bool on);
-int fm_gemm_profile_shapes(const fm_gemm_shape_t **out);
+int fm_gemm_profile_shapes(const fm_gemm_shape_t **out, int *lost);
 
 /* x (B,K), w (N,K), b (N) or NULL -> y (B,N) = x w^T + b */
 void fm_linear_forward(float *y, const float *x, const float *w, const float *b, int B, int K, int N);
