@@ -10,7 +10,10 @@
  * aggregator. Five leaving (below the threshold of six): the round is
  * abandoned, said in the log, and the coordinator stays up. And the
  * coordinator's memory, read through /proc while it waits in the unmasking
- * phase, holds none of the clients' values. */
+ * phase, holds none of the clients' values. Then what the clients do before
+ * masking: their own bound (--clip-norm C), full with its prompt pool off,
+ * and distributed differential privacy (each client's noise share, the
+ * padded mean, bit for bit). */
 #define _GNU_SOURCE /* memmem */
 #include <setjmp.h>
 #include <stdarg.h>
