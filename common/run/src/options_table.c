@@ -487,18 +487,22 @@ static const fm_option_t table[] = {
     {"clip-norm", 0, FM_OPT_CUSTOM, "C", 0, 0, S | M, 0, 0, 0, set_clip, show_clip, NULL, FM_OPT_G_RUN,
      "bound each update's L2 distance from the state it was\n"
      "sent: a number, off, or auto (2x the lower median distance\n"
-     "of the previous round's updates; in round 1, of its own)"},
+     "of the previous round's updates; in round 1, of its own);\n"
+     "with --secure-aggregation a number is each client's bound\n"
+     "on its own update, and auto is off"},
     {"secure-aggregation", 0, FM_OPT_SWITCH, NULL, 0, 0, S | M, SPEC, R(secure_aggregation), NULL, NULL, NULL,
      FM_OPT_G_RUN,
      "updates travel masked (Bonawitz et al.): the coordinator\n"
      "learns only their sum, whoever drops (fedavg, comigs;\n"
-     "mean); --clip-norm C is then each client's bound on its\n"
+     "pfedmoap and full with --prompt-pool off; mean);\n"
+     "--clip-norm C is then each client's bound on its\n"
      "own update, and --dp-noise needs --dp-mode distributed"},
     {"dp-noise", 0, FM_OPT_CUSTOM, "Z", 0, 0, S | M, 0, 0, 0, set_dp_noise, show_dp_noise, NULL, FM_OPT_G_RUN,
      "client-level differential privacy: Gaussian noise of\n"
      "standard deviation Z x C on the sum of the updates, each\n"
      "clipped to --dp-clip C, equal weights (fedavg, comigs;\n"
-     "mean); 0 = off; auto: the least noise that spends\n"
+     "pfedmoap and full with --prompt-pool off; mean); 0 = off;\n"
+     "auto: the least noise that spends\n"
      "--dp-epsilon-budget over the run's rounds"},
     {"dp-clip", 0, FM_OPT_DOUBLE, "C", 0.0, 1e9, S | M, SPEC, R(dp.clip), NULL, NULL, NULL, FM_OPT_G_RUN,
      "with --dp-noise: the bound on each client's update (the\n"
