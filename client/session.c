@@ -287,36 +287,32 @@ static fm_status start_round(session_t *s, int round)
     return sess_snap_take(s, &s->pre, round);
 }
 
-/* The values a round exchanges (model, then prompt) as the model holds them
- * now, into a new array; NULL when out of memory. */
-static float *exchanged_values(session_t *s)
+/* The values a round exchanges, model then prompt (each read only when the
+ * run exchanges it), into a new array of *n floats; NULL when out of memory. */
+static float *exchanged_copy(session_t *s, const float *model, const float *prompt, size_t *n)
 {
     fm_exchange_t e = fm_exchange_of(&s->spec);
-    size_t nm = e.model ? s->dims.nmodel : 0, n = nm + (e.prompt ? s->dims.nprompt : 0);
-    float *x = malloc(sizeof(float) * (n ? n : 1));
+    size_t nm = e.model ? s->dims.nmodel : 0;
+    *n = nm + (e.prompt ? s->dims.nprompt : 0);
+    float *x = malloc(sizeof(float) * (*n ? *n : 1));
     if (x && e.model)
-        fm_federated_pack(s->model, s->spec.strategy, x);
+        memcpy(x, model, sizeof(float) * nm);
     if (x && e.prompt)
-        memcpy(x + nm, fm_model_prompt(s->model), sizeof(float) * s->dims.nprompt);
+        memcpy(x + nm, prompt, sizeof(float) * s->dims.nprompt);
     return x;
 }
 
 /* Under secure aggregation the trained values (model, then prompt) and the
  * metrics wait in s->sa for the phases (work_done starts them); nothing is
  * encoded yet. First what the coordinator cannot do to values it never sees:
- * the client's own bound on its distance from the Task's state (ref), and
- * under distributed differential privacy its share of the noise. */
+ * the client's own bound on its distance from the Task's state (ref, kept
+ * only when there is a bound), and under distributed differential privacy
+ * its share of the noise. */
 static fm_status keep_for_masking(session_t *s, const fm_update_t *u, const fm_sa_setup_t *sa, const float *ref)
 {
-    fm_exchange_t e = fm_exchange_of(&s->spec);
     sa_reset(s);
-    s->sa.nx = (e.model ? s->dims.nmodel : 0) + (e.prompt ? s->dims.nprompt : 0);
-    if (!(s->sa.x = malloc(sizeof(float) * (s->sa.nx ? s->sa.nx : 1))))
+    if (!(s->sa.x = exchanged_copy(s, u->model, u->prompt, &s->sa.nx)))
         return FM_ERR_NOMEM;
-    if (e.model)
-        memcpy(s->sa.x, u->model, sizeof(float) * s->dims.nmodel);
-    if (e.prompt)
-        memcpy(s->sa.x + (e.model ? s->dims.nmodel : 0), u->prompt, sizeof(float) * s->dims.nprompt);
     double clip = fm_run_client_clip(&s->spec), z = fm_run_client_noise(&s->spec);
     if (clip > 0.0) {
         double d = fm_clip_to_norm(s->sa.x, ref, s->sa.nx, clip);
@@ -429,9 +425,14 @@ static fm_status take_task(session_t *s, const Fedmoe__Task *t)
         fm_trainer_set_lr_scale(s->trainer, in.lr_scale);
     }
     fm_exchange_task_free(&in);
-    float *ref = NULL; /* secure aggregation: the Task's state, which the client's own bound is measured from */
-    if (st == FM_OK && s->spec.secure_aggregation && !(ref = exchanged_values(s)))
-        st = FM_ERR_NOMEM;
+    float *ref = NULL; /* the Task's state, which the client's own bound is measured from (secure aggregation) */
+    size_t nref;
+    if (st == FM_OK && fm_run_client_clip(&s->spec) > 0.0) {
+        if (fm_exchange_of(&s->spec).model)
+            fm_federated_pack(s->model, s->spec.strategy, s->vec); /* (s->vec: scratch until the upload) */
+        if (!(ref = exchanged_copy(s, s->vec, fm_model_prompt(s->model), &nref)))
+            st = FM_ERR_NOMEM;
+    }
     if (st != FM_OK)
         return st;
     fm_train_stats_t ts;

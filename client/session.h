@@ -98,8 +98,8 @@ typedef struct {
     void (*received)(const float *g, size_t n);
     void (*upload)(float *x, size_t n, uint32_t round);
     /* secure aggregation: the values about to be masked (model then prompt;
-     * bounded and noised as the Welcome said), the state the Task sent and
-     * their weight; and each phase (0-3) about to be answered (the dropout
+     * bounded and noised as the Welcome said), the state the Task sent (NULL
+     * when the client has no bound) and their weight; and each phase (0-3) about to be answered (the dropout
      * tests' client leaves there) */
     void (*masking)(const float *x, const float *ref, size_t n, uint32_t round, uint64_t weight);
     void (*phase)(uint32_t round, int phase);

@@ -4,7 +4,8 @@
  *   FEDMOE_SA_DUMP=DIR    writes the values it is about to mask, and their
  *                         weight, to DIR/ID-rROUND.bin (ID from FEDMOE_SA_ID):
  *                         a uint64 count, the floats, a uint64 weight, then
- *                         the count floats of the state its Task sent; what
+ *                         (with a client bound) the count floats of the
+ *                         state its Task sent; what
  *                         the test sums in the clear to check the
  *                         coordinator's unmasked result
  *   FEDMOE_SA_DROP=P:R    leaves (exits at once, status 0, nothing said) when
@@ -36,7 +37,8 @@ static void dump(const float *x, const float *ref, size_t n, uint32_t round, uin
     fwrite(&count, sizeof count, 1, f);
     fwrite(x, sizeof *x, n, f);
     fwrite(&weight, sizeof weight, 1, f);
-    fwrite(ref, sizeof *ref, n, f);
+    if (ref)
+        fwrite(ref, sizeof *ref, n, f);
     fclose(f);
 }
 

@@ -151,18 +151,28 @@ static void plain_mean(const char *tag, const fm_client_round_row_t *rows, int n
 /* Run `tag` finished: round 2 selected `selected` clients and summed the
  * masked inputs of `expect`, and its result is the plaintext mean of those,
  * bit for bit. */
-static void check_run(const char *tag, const char *db, pid_t server, const pid_t *c, int selected, int expect)
+/* The run's coordinator and N clients ended well (the dropped ones left
+ * with 0 too) after ROUNDS rounds; their round log, round 2 having summed
+ * `expect` masked inputs. */
+static void finished(const char *db, pid_t server, const pid_t *c, int expect, fm_round_row_t **rounds,
+                     fm_client_round_row_t **rows, int *nc)
 {
     assert_int_equal(procs_wait(server, 300), 0);
     for (int i = 0; i < N; i++)
-        assert_int_equal(procs_wait(c[i], 30), 0); /* (the dropped ones left with 0 too) */
+        assert_int_equal(procs_wait(c[i], 30), 0);
+    int nr;
+    procs_finished_run(db, rounds, &nr, rows, nc);
+    assert_int_equal(nr, ROUNDS);
+    assert_int_equal((*rounds)[ROUNDS - 1].completed, expect);
+}
+
+static void check_run(const char *tag, const char *db, pid_t server, const pid_t *c, int selected, int expect)
+{
     fm_round_row_t *rounds;
     fm_client_round_row_t *rows;
-    int nr, nc;
-    procs_finished_run(db, &rounds, &nr, &rows, &nc);
-    assert_int_equal(nr, ROUNDS);
+    int nc;
+    finished(db, server, c, expect, &rounds, &rows, &nc);
     assert_int_equal(rounds[ROUNDS - 1].selected, selected);
-    assert_int_equal(rounds[ROUNDS - 1].completed, expect);
     fm_checkpoint_t ck;
     int round;
     procs_latest_checkpoint(db, &ck, &round);
@@ -379,15 +389,10 @@ static void test_distributed_dp(void **state)
     memcpy(privacy, flags, sizeof flags);
     pid_t server = start("ddp", true, "2:" FM_STR(ROUNDS), 1, c, db, log);
     privacy[0] = NULL;
-    assert_int_equal(procs_wait(server, 300), 0);
-    for (int i = 0; i < N; i++)
-        assert_int_equal(procs_wait(c[i], 30), 0);
     fm_round_row_t *rounds;
     fm_client_round_row_t *rows;
-    int nr, nc;
-    procs_finished_run(db, &rounds, &nr, &rows, &nc);
-    assert_int_equal(nr, ROUNDS);
-    assert_int_equal(rounds[ROUNDS - 1].completed, N - 1);
+    int nc;
+    finished(db, server, c, N - 1, &rounds, &rows, &nc);
     for (int r = 0; r < ROUNDS; r++)
         assert_true(rounds[r].epsilon > 0.0 && (r == 0 || rounds[r].epsilon > rounds[r - 1].epsilon));
     fm_checkpoint_t ck;

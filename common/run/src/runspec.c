@@ -33,12 +33,12 @@ const fm_strategy_traits_t *fm_strategy_traits(fm_strategy s)
 
 bool fm_strategy_shares_prompt(fm_strategy s) { return fm_strategy_traits(s)->shares_prompt; }
 bool fm_strategy_uses_pool(fm_strategy s) { return fm_strategy_traits(s)->uses_pool; }
+bool fm_strategy_averages_local(fm_strategy s) { return fm_strategy_traits(s)->averages_local; }
 
 bool fm_run_uses_pool(const fm_run_spec_t *s)
 {
     return fm_strategy_uses_pool(s->strategy) && fm_model_config_has_head(&s->model) && s->model.max_nonlocal > 0;
 }
-bool fm_strategy_averages_local(fm_strategy s) { return fm_strategy_traits(s)->averages_local; }
 
 bool fm_strategy_federates(fm_strategy s, const fm_param_t *p)
 {
